@@ -1,0 +1,122 @@
+"""The `pgmq-build` command line: a thin click layer over the modules that do the work."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import render
+from .manifest import MANIFEST
+from .paths import extension_dir
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"auto_envvar_prefix": "PGMQ_BUILD", "help_option_names": ["-h", "--help"]})
+@click.version_option(MANIFEST.version, prog_name="pgmq-build")
+def main() -> None:
+    """Generate, check, install and run the pgmq PostgreSQL extension."""
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (default: the checkout's extension/).")
+def generate(out: Path | None) -> None:
+    """Render templates/ into extension/ (control file, install and standalone scripts)."""
+    outdir = out or extension_dir()
+    written = render.write_outputs(outdir, render.render_all())
+    for name in written:
+        click.echo(f"wrote {outdir / name}")
+    if not written:
+        click.echo(f"{outdir} is up to date")
+
+
+@main.command()
+def check() -> None:
+    """Exit non-zero when the committed extension/ differs from a fresh render."""
+    problems = render.diff_outputs(extension_dir(), render.render_all())
+    for p in problems:
+        click.echo(p, err=True)
+    if problems:
+        _fail("extension/ is stale: run `pgmq-build generate` and commit the result")
+    click.echo("extension/ matches the templates")
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def lint(files: tuple[Path, ...]) -> None:
+    """Lint the rendered scripts (or FILES) with the PGMQ0xx rules."""
+    from .lint import lint_script
+
+    targets = files or tuple(sorted(extension_dir().glob("*.sql")))
+    if not targets:
+        _fail("nothing to lint: extension/ has no .sql files")
+    total = 0
+    for path in targets:
+        standalone = "standalone" in path.name
+        problems = lint_script(path.read_text(), MANIFEST, target="standalone" if standalone else "extension")
+        for p in problems:
+            click.echo(f"{path.name}:{p.line}: {p.code} {p.obj}: {p.message}")
+        total += len(problems)
+    if total:
+        _fail(f"{total} problem(s)")
+    click.echo(f"lint clean: {len(targets)} file(s)")
+
+
+@main.command()
+@click.argument("code")
+def explain(code: str) -> None:
+    """Explain a lint rule, e.g. `pgmq-build explain PGMQ005`."""
+    from .lint.codes import CODES
+
+    text = CODES.get(code.upper())
+    if text is None:
+        _fail(f"unknown rule {code}; known: {', '.join(sorted(CODES))}")
+    click.echo(f"{code.upper()}: {text}")
+
+
+@main.command()
+@click.option("--dsn", default=None, help="Database to install into (libpq DSN or URI).")
+@click.option("--standalone", is_flag=True, help="Apply the standalone SQL script (no extension files needed).")
+@click.option("--files-only", is_flag=True, help="Only copy the extension files into pg_config --sharedir.")
+@click.option("--pg-config", default="pg_config", show_default=True, help="pg_config to locate the server's sharedir.")
+def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str) -> None:
+    """Install the extension files and CREATE EXTENSION, or apply the standalone script."""
+    from . import install as inst
+
+    try:
+        if standalone:
+            if not dsn:
+                _fail("--standalone needs --dsn")
+            version = inst.apply_standalone(dsn)
+            click.echo(f"applied the standalone script: pgmq {version}")
+            return
+        copied = inst.install_files(pg_config)
+        click.echo(f"installed {len(copied)} file(s) into {copied[0].parent}")
+        if dsn and not files_only:
+            version = inst.create_or_update_extension(dsn)
+            click.echo(f"extension pgmq {version} is installed")
+    except inst.InstallError as exc:
+        _fail(str(exc))
+
+
+@main.command()
+@click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
+@click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
+def demo(dsn: str | None, keep: bool) -> None:
+    """A narrated tour: create, send, read with a lease, archive, pop, metrics."""
+    from .demo import run_demo
+
+    try:
+        run_demo(dsn=dsn, keep=keep, echo=click.echo)
+    except Exception as exc:  # the demo's audience wants one clear line, not a traceback
+        _fail(f"demo failed: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The single source of truth: what the extension contains.
+
+Every function the templates create is declared here with its arguments and result exactly as
+PostgreSQL prints them (``pg_get_function_arguments`` / ``pg_get_function_result`` with
+``search_path = pg_catalog``). The lint checks the rendered SQL against this list in both
+directions and the catalog-contract test checks an installed database against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEMA = "pgmq"
+VERSION = "2.0.0"
+# Versions whose scripts are frozen: the generator refuses to change them.
+RELEASED: tuple[str, ...] = ()
+
+# Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
+# pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
+IDENTIFIER_BUDGET = 63
+LONGEST_PREFIX = "template_pgmq_q_"
+MAX_QUEUE_NAME = IDENTIFIER_BUDGET - len(LONGEST_PREFIX)  # 47, as upstream
+
+MSGS = "SETOF pgmq.message_record"
+
+
+@dataclass(frozen=True)
+class Function:
+    """One CREATE FUNCTION / PROCEDURE.
+
+    ``args`` is what ``pg_get_function_arguments`` prints (names, types, defaults);
+    ``returns`` is what ``pg_get_function_result`` prints (None for a procedure).
+    """
+
+    name: str
+    args: str
+    returns: str | None
+    security_definer: bool = False
+    definer_reason: str = ""
+    upstream: bool = True  # part of upstream PGMQ 1.13's surface
+
+    @property
+    def kind(self) -> str:
+        return "procedure" if self.returns is None else "function"
+
+    @property
+    def identity_args(self) -> str:
+        """The arguments without defaults, as pg_get_function_identity_arguments prints them."""
+        return ", ".join(_strip_default(a) for a in split_args(self.args))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.name, self.identity_args)
+
+
+def split_args(args: str) -> list[str]:
+    """Split an argument list on top-level commas (defaults may contain commas in quotes)."""
+    out, depth, quote, cur = [], 0, False, []
+    for ch in args:
+        if ch == "'":
+            quote = not quote
+        elif not quote and ch in "([":
+            depth += 1
+        elif not quote and ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0 and not quote:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def _strip_default(arg: str) -> str:
+    idx = arg.find(" DEFAULT ")
+    return arg if idx < 0 else arg[:idx]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A folder of templates under templates/features/<name>, rendered in manifest order."""
+
+    name: str
+    templates: tuple[str, ...]
+    functions: tuple[Function, ...]
+    config_tables: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: str
+    schema: str
+    released: tuple[str, ...]
+    features: tuple[Feature, ...] = field(default_factory=tuple)
+
+    @property
+    def functions(self) -> tuple[Function, ...]:
+        return tuple(f for feat in self.features for f in feat.functions)
+
+    @property
+    def config_tables(self) -> tuple[str, ...]:
+        return tuple(t for feat in self.features for t in feat.config_tables)
+
+    def feature(self, name: str) -> Feature:
+        for feat in self.features:
+            if feat.name == name:
+                return feat
+        raise KeyError(name)
+
+
+def _f(name: str, args: str, returns: str | None, **kw: object) -> Function:
+    return Function(name, args, returns, **kw)  # type: ignore[arg-type]
+
+
+TS = "timestamp with time zone"
+
+CORE = Feature(
+    name="core",
+    templates=(
+        "types.sql.j2",
+        "tables.sql.j2",
+        "functions/helpers.sql.j2",
+        "functions/queue_admin.sql.j2",
+        "functions/send.sql.j2",
+        "functions/send_batch.sql.j2",
+        "functions/read.sql.j2",
+        "functions/delete_archive.sql.j2",
+        "functions/set_vt.sql.j2",
+        "functions/metrics.sql.j2",
+        "grants.sql.j2",
+    ),
+    config_tables=("meta",),
+    functions=(
+        # helpers
+        _f("_extension_exists", "extension_name text", "boolean"),
+        _f("_belongs_to_pgmq", "table_name text", "boolean"),
+        _f("format_table_name", "queue_name text, prefix text", "text"),
+        _f("validate_queue_name", "queue_name text", "void"),
+        _f("acquire_queue_lock", "queue_name text", "void"),
+        # queue management
+        _f("create_non_partitioned", "queue_name text", "void"),
+        _f("create_unlogged", "queue_name text", "void"),
+        _f("create", "queue_name text", "void"),
+        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False),
+        _f("drop_queue", "queue_name text", "boolean"),
+        _f("drop_queue", "queue_name text, partitioned boolean", "boolean"),
+        _f("purge_queue", "queue_name text", "bigint"),
+        _f("list_queues", "", "SETOF pgmq.queue_record"),
+        _f("detach_archive", "queue_name text", "void"),
+        # sending
+        _f("send", f"queue_name text, msg jsonb, headers jsonb, delay {TS}", "SETOF bigint"),
+        _f("send", "queue_name text, msg jsonb", "SETOF bigint"),
+        _f("send", "queue_name text, msg jsonb, headers jsonb", "SETOF bigint"),
+        _f("send", "queue_name text, msg jsonb, delay integer", "SETOF bigint"),
+        _f("send", f"queue_name text, msg jsonb, delay {TS}", "SETOF bigint"),
+        _f("send", "queue_name text, msg jsonb, headers jsonb, delay integer", "SETOF bigint"),
+        _f("_validate_batch_params", "msgs jsonb[], headers jsonb[]", "void"),
+        _f("_send_batch", f"queue_name text, msgs jsonb[], headers jsonb[], delay {TS}", "SETOF bigint"),
+        _f("send_batch", f"queue_name text, msgs jsonb[], headers jsonb[], delay {TS}", "SETOF bigint"),
+        _f("send_batch", "queue_name text, msgs jsonb[]", "SETOF bigint"),
+        _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[]", "SETOF bigint"),
+        _f("send_batch", "queue_name text, msgs jsonb[], delay integer", "SETOF bigint"),
+        _f("send_batch", f"queue_name text, msgs jsonb[], delay {TS}", "SETOF bigint"),
+        _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[], delay integer", "SETOF bigint"),
+        _f("_delay_to_vt", "delay integer", TS, upstream=False),
+        # reading
+        _f("read", "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb", MSGS),
+        _f(
+            "read_with_poll",
+            "queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, "
+            "poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{}'::jsonb",
+            MSGS,
+        ),
+        _f("pop", "queue_name text, qty integer DEFAULT 1", MSGS),
+        # deleting / archiving
+        _f("delete", "queue_name text, msg_id bigint", "boolean"),
+        _f("delete", "queue_name text, msg_ids bigint[]", "SETOF bigint"),
+        _f("archive", "queue_name text, msg_id bigint", "boolean"),
+        _f("archive", "queue_name text, msg_ids bigint[]", "SETOF bigint"),
+        # visibility timeout
+        _f("set_vt", f"queue_name text, msg_ids bigint[], vt {TS}", MSGS),
+        _f("set_vt", "queue_name text, msg_ids bigint[], vt integer", MSGS),
+        _f("set_vt", f"queue_name text, msg_id bigint, vt {TS}", MSGS),
+        _f("set_vt", "queue_name text, msg_id bigint, vt integer", MSGS),
+        # metrics
+        _f("metrics", "queue_name text", "pgmq.metrics_result"),
+        _f("metrics_all", "", "SETOF pgmq.metrics_result"),
+    ),
+)
+
+MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED, features=(CORE,))

@@ -1,0 +1,27 @@
+"""Where templates/ and extension/ live: the checkout, or the copies shipped in the wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+_REPO = _PKG.parent
+
+
+def _pick(name: str) -> Path:
+    in_repo = _REPO / name
+    if in_repo.is_dir() and (_REPO / "pyproject.toml").exists():
+        return in_repo
+    return _PKG / "_data" / name
+
+
+def templates_dir() -> Path:
+    return _pick("templates")
+
+
+def extension_dir() -> Path:
+    return _pick("extension")
+
+
+def repo_root() -> Path:
+    return _REPO
