@@ -1,0 +1,50 @@
+# pgmq: PGXS install of the generated extension/ (needs pg_config, not Python), plus the
+# developer targets. The SQL under extension/ is generated from templates/ and committed, so
+# `make install` never renders anything.
+PG_CONFIG  ?= pg_config
+# BUILD_PY, not PYTHON: PGXS's Makefile.global overrides PYTHON.
+BUILD_PY   ?= python3
+EXT         = pgmq
+# The control file lives in extension/, so EXTENSION stays unset (PGXS would look for
+# ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
+MODULEDIR   = extension
+EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" extension/$(EXT).control)
+DATA        = extension/$(EXT).control extension/$(EXT)--$(EXTVERSION).sql \
+              $(wildcard extension/$(EXT)--*--*.sql)
+
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
+include $(PGXS)
+else
+all install:
+	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
+endif
+
+.PHONY: deps generate gates test demo bench
+
+# Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
+deps:
+	bash tools/ensure-deps.sh
+
+generate:
+	$(BUILD_PY) -m pgmq_build generate
+
+gates:
+	$(BUILD_PY) -m pgmq_build check
+	$(BUILD_PY) -m pgmq_build lint
+	$(BUILD_PY) -m ruff check pgmq_build tests bench
+
+# The README's test command: set-up, install, static gates, then the whole suite.
+test: deps
+	$(MAKE) --no-print-directory install
+	$(MAKE) --no-print-directory gates
+	$(BUILD_PY) -m pytest $(PYTEST_ARGS)
+
+# The README's demo command: a throwaway server unless DSN is given.
+demo: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build demo $(if $(DSN),--dsn "$(DSN)")
+
+bench: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) bench/run.py $(BENCH_ARGS)

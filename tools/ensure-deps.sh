@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for the tests, the demo and the benchmarks:
+# PostgreSQL 15 server binaries (Debian packages, when run as root) and the Python packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${BUILD_PY:-python3}
+APT_PACKAGES="postgresql-15 postgresql-client-15"
+
+have_server() {
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
+}
+have_pgxs() {
+    command -v pg_config >/dev/null 2>&1 && [ -f "$(pg_config --pgxs 2>/dev/null)" ]
+}
+
+if ! have_server || ! have_pgxs; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "ensure-deps: installing $APT_PACKAGES with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends $APT_PACKAGES >/dev/null
+    else
+        echo "ensure-deps: PostgreSQL 15 is missing; install it: sudo apt-get install $APT_PACKAGES" >&2
+        exit 1
+    fi
+fi
+
+echo "ensure-deps: installing the Python package and its test dependencies"
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis" \
+    || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }
