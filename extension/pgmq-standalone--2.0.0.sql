@@ -530,6 +530,7 @@ $fn$;
 -- features/core/functions/read.sql.j2
 -- read: leases up to qty visible messages for vt seconds (lowest msg_id first), counting the
 -- read. Rows locked by other readers are skipped, so concurrent readers never share a message.
+-- One clock reading ($4) stamps the whole batch, so vt - last_read_at is exactly the lease.
 CREATE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -547,16 +548,16 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ), leased AS (
             UPDATE pgmq.%1$I q
-            SET vt = clock_timestamp() + $2,
+            SET vt = $4 + $2,
                 read_ct = q.read_ct + 1,
-                last_read_at = clock_timestamp()
+                last_read_at = $4
             FROM picked
             WHERE q.msg_id = picked.msg_id
             RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
         )
         SELECT * FROM leased ORDER BY msg_id$q$,
         pgmq.format_table_name(queue_name, 'q'))
-    USING qty, make_interval(secs => vt), conditional;
+    USING qty, make_interval(secs => vt), conditional, clock_timestamp();
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';

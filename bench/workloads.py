@@ -1,0 +1,194 @@
+"""The benchmark workloads: each is one entry in WORKLOADS, measured against a plain-SQL baseline.
+
+A workload is data plus small functions, so later ones (FIFO, topics, the worker, Spark) are one
+more entry each:
+
+- ``reset(conn, side)`` gives the side a fresh, empty queue (called before every measured
+  segment, on the runner's own autocommit connection, untimed);
+- ``prefill`` says how many messages the queue must hold before a segment (0 for producers);
+  the runner sizes it from a short warm-up and fills it with ``fill(conn, side, n)``;
+- ``pgmq_op(cur)`` / ``raw_op(cur)`` do one operation on a client's cursor and return how many
+  messages it handled (0 means the queue was empty: the runner counts those as "dry" ops);
+- ``msgs_per_op`` is the nominal batch size (1, 100, ...), used for sizing and the report.
+
+Both sides run with psycopg's default ``prepare_threshold`` (5): after five executions of the
+same query text the client prepares it server-side, for our calls and the baseline's statements
+alike, so neither side gets a plan-caching advantage the other lacks. The messages are
+pre-serialised JSON text cast to jsonb on the server, so client-side JSON encoding costs the same
+(nothing) on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+QUEUE = "bench"  # the pgmq queue: table pgmq.q_bench
+RAW_TABLE = "bench_raw_q"  # the baseline: a plain table laid out like pgmq's queue table
+PGMQ_TABLE = f"pgmq.q_{QUEUE}"
+
+# One small, realistic message; every side sends exactly these bytes.
+MESSAGE = json.dumps({"order_id": 123456, "customer": "c-42", "items": [1, 2, 3], "note": "x" * 64})
+BATCH = 100
+# A jsonb[] literal of BATCH copies of MESSAGE, built once (array-element quoting: " and \ escaped).
+_ELEM = '"' + MESSAGE.replace("\\", "\\\\").replace('"', '\\"') + '"'
+BATCH_LITERAL = "{" + ",".join([_ELEM] * BATCH) + "}"
+
+PGMQ, RAW = "pgmq", "raw"
+SIDES = (RAW, PGMQ)
+
+Op = Callable[[psycopg.Cursor], int]
+
+
+# --- queue set-up (untimed) ----------------------------------------------------------------------
+
+def reset_queue(conn: psycopg.Connection, side: str) -> None:
+    """A brand-new empty queue (fresh table and indexes, no bloat from the previous segment)."""
+    if side == PGMQ:
+        conn.execute("SELECT pgmq.drop_queue(%s)", (QUEUE,))
+        conn.execute("SELECT pgmq.create(%s)", (QUEUE,))
+    else:
+        conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+        # The same layout as pgmq's q_ table: identity PK, the same columns and defaults, vt index.
+        conn.execute(f"""
+            CREATE TABLE {RAW_TABLE} (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB
+            )""")
+        conn.execute(f"CREATE INDEX {RAW_TABLE}_vt_idx ON {RAW_TABLE} (vt)")
+
+
+def fill_queue(conn: psycopg.Connection, side: str, n: int) -> None:
+    """Put n visible messages in the queue (pgmq: through send_batch, in chunks), then VACUUM
+    ANALYZE so both sides start from a table with fresh statistics and visibility map."""
+    chunk = 50_000
+    for start in range(0, n, chunk):
+        k = min(chunk, n - start)
+        if side == PGMQ:
+            conn.execute(
+                "SELECT count(*) FROM pgmq.send_batch(%s, "
+                "ARRAY(SELECT %s::jsonb FROM generate_series(1, %s)))",
+                (QUEUE, MESSAGE, k),
+            )
+        else:
+            conn.execute(
+                f"INSERT INTO {RAW_TABLE} (vt, message) "
+                "SELECT clock_timestamp(), %s::jsonb FROM generate_series(1, %s)",
+                (MESSAGE, k),
+            )
+    conn.execute(f"VACUUM ANALYZE {PGMQ_TABLE if side == PGMQ else RAW_TABLE}")
+
+
+# --- the operations (timed) ----------------------------------------------------------------------
+
+def pgmq_send(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT pgmq.send(%s, %s::jsonb)", (QUEUE, MESSAGE))
+    cur.fetchall()
+    return 1
+
+
+def raw_send(cur: psycopg.Cursor) -> int:
+    cur.execute(
+        f"INSERT INTO {RAW_TABLE} (vt, message) VALUES (clock_timestamp(), %s::jsonb) "
+        "RETURNING msg_id",
+        (MESSAGE,),
+    )
+    cur.fetchall()
+    return 1
+
+
+def pgmq_send_batch(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, BATCH_LITERAL))
+    return len(cur.fetchall())
+
+
+def raw_send_batch(cur: psycopg.Cursor) -> int:
+    cur.execute(
+        f"INSERT INTO {RAW_TABLE} (vt, message) "
+        "SELECT clock_timestamp(), m FROM unnest(%s::jsonb[]) AS m RETURNING msg_id",
+        (BATCH_LITERAL,),
+    )
+    return len(cur.fetchall())
+
+
+def pgmq_read_delete(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT * FROM pgmq.read(%s, 30, 1)", (QUEUE,))
+    rows = cur.fetchall()
+    for row in rows:
+        cur.execute("SELECT pgmq.delete(%s, %s::bigint)", (QUEUE, row[0]))
+        cur.fetchall()
+    return len(rows)
+
+
+def pgmq_read_delete_batch(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT * FROM pgmq.read(%s, 30, %s)", (QUEUE, BATCH))
+    rows = cur.fetchall()
+    if rows:
+        cur.execute("SELECT pgmq.delete(%s, %s::bigint[])", (QUEUE, [r[0] for r in rows]))
+        cur.fetchall()
+    return len(rows)
+
+
+def pgmq_pop(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT * FROM pgmq.pop(%s)", (QUEUE,))
+    return len(cur.fetchall())
+
+
+# The raw consumer the issue specifies: claim the oldest visible rows and delete them in one go.
+RAW_CONSUME = (
+    f"DELETE FROM {RAW_TABLE} WHERE msg_id IN ("
+    f"SELECT msg_id FROM {RAW_TABLE} WHERE vt <= clock_timestamp() "
+    "ORDER BY msg_id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING *"
+)
+
+
+def raw_consume_one(cur: psycopg.Cursor) -> int:
+    cur.execute(RAW_CONSUME, (1,))
+    return len(cur.fetchall())
+
+
+def raw_consume_batch(cur: psycopg.Cursor) -> int:
+    cur.execute(RAW_CONSUME, (BATCH,))
+    return len(cur.fetchall())
+
+
+# --- the registry --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    msgs_per_op: int
+    pgmq_op: Op
+    raw_op: Op
+    consumes: bool = False  # True: needs a prefilled queue, sized from a warm-up
+    reset: Callable[[psycopg.Connection, str], None] = reset_queue
+    fill: Callable[[psycopg.Connection, str, int], None] = fill_queue
+
+    def op(self, side: str) -> Op:
+        return self.pgmq_op if side == PGMQ else self.raw_op
+
+
+WORKLOADS: list[Workload] = [
+    Workload("send", "pgmq.send, one message per call | INSERT ... RETURNING msg_id",
+             1, pgmq_send, raw_send),
+    Workload("send_batch", f"pgmq.send_batch of {BATCH} | INSERT ... SELECT unnest(jsonb[])",
+             BATCH, pgmq_send_batch, raw_send_batch),
+    Workload("read_delete", "pgmq.read(q, 30, 1) + pgmq.delete(q, id) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_read_delete, raw_consume_one, consumes=True),
+    Workload("read_delete_batch",
+             f"pgmq.read(q, 30, {BATCH}) + pgmq.delete(q, ids[]) | DELETE ... LIMIT {BATCH} SKIP LOCKED",
+             BATCH, pgmq_read_delete_batch, raw_consume_batch, consumes=True),
+    Workload("pop", "pgmq.pop(q) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_pop, raw_consume_one, consumes=True),
+]
+
+BY_NAME = {w.name: w for w in WORKLOADS}

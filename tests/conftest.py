@@ -1,0 +1,111 @@
+"""Shared fixtures: one throwaway PostgreSQL server per test session (started as an unprivileged
+user when we are root), a template database with `CREATE EXTENSION pgmq` made once by
+pytest-postgresql, and a fresh clone of it for every test."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pytest_postgresql import factories
+from pytest_postgresql.executors.noop import NoopExecutor
+
+from pgmq_build import install
+from pgmq_build.cluster import TempCluster
+from pgmq_build.manifest import MANIFEST
+
+
+class _ServerExecutor(NoopExecutor):
+    """Connection details of our TempCluster, for pytest-postgresql's noproc fixture.
+    No base template: the noproc fixture builds its own from scratch."""
+
+    @property
+    def template_dbname(self) -> None:  # type: ignore[override]
+        return None
+
+
+def _ensure_extension_files() -> None:
+    """The server must see the current extension files; refresh them when we can."""
+    dest = install.sharedir() / "extension"
+    try:
+        install.install_files()
+        return
+    except install.InstallError:
+        pass
+    for f in install.extension_files():
+        installed = dest / f.name
+        if not installed.exists() or installed.read_bytes() != f.read_bytes():
+            pytest.exit(
+                f"{installed} is missing or stale and {dest} is not writable: run `sudo make install`",
+                returncode=2,
+            )
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[TempCluster]:
+    _ensure_extension_files()
+    with TempCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def pg_server(pg_cluster: TempCluster) -> NoopExecutor:
+    return _ServerExecutor(host="127.0.0.1", port=pg_cluster.port, user=pg_cluster.superuser,
+                           options="", dbname="pgmq_base")
+
+
+def load_pgmq(**kw: object) -> None:
+    kw.pop("autocommit", None)
+    with psycopg.connect(**kw, autocommit=True) as conn:  # type: ignore[arg-type]
+        conn.execute("CREATE EXTENSION pgmq")
+
+
+pgmq_proc = factories.postgresql_noproc(dbname="pgmq_test", load=[load_pgmq], depends_on="pg_server")
+db = factories.postgresql("pgmq_proc")
+
+
+@pytest.fixture
+def dsn(db: psycopg.Connection) -> str:
+    info = db.info
+    return f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+
+
+@pytest.fixture
+def connect(dsn: str) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Open extra connections to the test database; all are closed at teardown."""
+    opened: list[psycopg.Connection] = []
+
+    def _connect(autocommit: bool = True, **kw: object) -> psycopg.Connection:
+        conn = psycopg.connect(dsn, autocommit=autocommit, **kw)  # type: ignore[arg-type]
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for conn in opened:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+@pytest.fixture
+def conn(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
+    """An autocommit connection to the test database."""
+    return connect()
+
+
+@pytest.fixture
+def queue(conn: psycopg.Connection) -> str:
+    conn.execute("SELECT pgmq.create('jobs')")
+    return "jobs"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def manifest():
+    return MANIFEST
