@@ -114,6 +114,7 @@ BEGIN
     END IF;
 END;
 $fn$;
+COMMENT ON FUNCTION pgmq.validate_queue_name(queue_name text) IS 'Raise unless the name is usable for a queue.';
 
 -- acquire_queue_lock: serialises create and drop of one queue until the transaction ends.
 CREATE FUNCTION pgmq.acquire_queue_lock(queue_name text)
@@ -126,6 +127,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || queue_name));
 END;
 $fn$;
+COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
 
 -- features/core/functions/queue_admin.sql.j2
 -- _create_queue_tables: the q_/a_ tables, their indexes and the meta row of a plain queue.
@@ -291,6 +293,7 @@ BEGIN
     RETURN pgmq.drop_queue(queue_name);
 END;
 $fn$;
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean) IS 'Deprecated: use drop_queue(queue_name).';
 
 -- purge_queue: deletes every message (not the archive) and returns how many there were.
 CREATE FUNCTION pgmq.purge_queue(queue_name text)
@@ -332,6 +335,7 @@ BEGIN
     RAISE WARNING 'detach_archive(queue_name) is deprecated and is a no-op. It will be removed in PGMQ v2.0. Archive tables are no longer member objects.';
 END;
 $fn$;
+COMMENT ON FUNCTION pgmq.detach_archive(queue_name text) IS 'Deprecated no-op.';
 
 -- features/core/functions/send.sql.j2
 -- _delay_to_vt: the visibility time of a message sent with a delay in seconds.

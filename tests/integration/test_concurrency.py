@@ -1,0 +1,121 @@
+"""Several real connections at once: SKIP LOCKED, no double delivery, rollback and commit."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from tests.helpers import column, scalar
+
+N_MESSAGES = 2000
+N_READERS = 6
+
+
+def test_concurrent_readers_never_share_a_message(connect):
+    setup = connect()
+    setup.execute("SELECT pgmq.create('jobs')")
+    setup.execute("SELECT pgmq.send_batch('jobs', (SELECT array_agg(jsonb_build_object('n', g)) "
+                  "FROM generate_series(1, %s) g))", (N_MESSAGES,))
+    conns = [connect() for _ in range(N_READERS)]
+    got: list[list[int]] = [[] for _ in conns]
+    barrier = threading.Barrier(len(conns))
+
+    def reader(i: int) -> None:
+        barrier.wait()
+        while True:
+            ids = column(conns[i], "SELECT msg_id FROM pgmq.read('jobs', 300, 7)")
+            if not ids:
+                return
+            got[i].extend(ids)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(conns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    counts = Counter(i for ids in got for i in ids)
+    assert len(counts) == N_MESSAGES  # nothing lost
+    assert max(counts.values()) == 1  # nothing delivered twice within the lease
+    assert sum(1 for ids in got if ids) > 1  # the work was actually shared
+    assert scalar(setup, "SELECT max(read_ct) FROM pgmq.q_jobs") == 1
+
+
+def test_concurrent_pop_and_archive_lose_nothing(connect):
+    setup = connect()
+    setup.execute("SELECT pgmq.create('jobs')")
+    setup.execute("SELECT pgmq.send_batch('jobs', (SELECT array_agg(jsonb_build_object('n', g)) "
+                  "FROM generate_series(1, 1000) g))")
+    popped: list[int] = []
+    archived: list[int] = []
+    lock = threading.Lock()
+
+    def popper(c):
+        while ids := column(c, "SELECT msg_id FROM pgmq.pop('jobs', 5)"):
+            with lock:
+                popped.extend(ids)
+
+    def archiver(c):
+        while ids := column(c, "SELECT msg_id FROM pgmq.read('jobs', 300, 5)"):
+            moved = column(c, "SELECT * FROM pgmq.archive('jobs', %s::bigint[])", (ids,))
+            assert sorted(moved) == sorted(ids)
+            with lock:
+                archived.extend(ids)
+
+    threads = [threading.Thread(target=f, args=(connect(),)) for f in (popper, popper, archiver, archiver)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(popped + archived) == list(range(1, 1001))
+    assert scalar(setup, "SELECT count(*) FROM pgmq.a_jobs") == len(archived)
+    assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0
+
+
+def test_locked_rows_are_skipped_not_waited_for(connect):
+    a, b = connect(autocommit=False), connect()
+    b.execute("SELECT pgmq.create('jobs')")
+    b.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}','{}']::jsonb[])")
+    assert column(a, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == [1]  # a's transaction is open
+    b.execute("SET lock_timeout = '1s'")
+    assert column(b, "SELECT msg_id FROM pgmq.read('jobs', 30, 5)") == [2]  # no wait, no msg 1
+    a.commit()
+
+
+def test_rolled_back_read_leaves_the_message_unchanged(connect):
+    a, b = connect(autocommit=False), connect()
+    b.execute("SELECT pgmq.create('jobs')")
+    b.execute("SELECT pgmq.send('jobs', '{\"x\": 1}')")
+    before = b.execute("SELECT read_ct, vt, last_read_at FROM pgmq.q_jobs").fetchone()
+    assert a.execute("SELECT read_ct FROM pgmq.read('jobs', 300, 1)").fetchall() == [(1,)]
+    a.rollback()
+    assert b.execute("SELECT read_ct, vt, last_read_at FROM pgmq.q_jobs").fetchone() == before
+    assert b.execute("SELECT msg_id, read_ct FROM pgmq.read('jobs', 30, 1)").fetchall() == [(1, 1)]
+
+
+def test_sends_are_invisible_until_commit(connect):
+    producer, consumer = connect(autocommit=False), connect()
+    consumer.execute("SELECT pgmq.create('jobs')")
+    producer.execute("SELECT pgmq.send('jobs', '{}')")
+    producer.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}','{}']::jsonb[])")
+    assert column(consumer, "SELECT msg_id FROM pgmq.read('jobs', 30, 10)") == []
+    assert column(consumer, "SELECT msg_id FROM pgmq.pop('jobs', 10)") == []
+    producer.commit()
+    assert column(consumer, "SELECT msg_id FROM pgmq.read('jobs', 30, 10)") == [1, 2, 3]
+
+
+def test_rolled_back_send_leaves_nothing(connect):
+    producer, consumer = connect(autocommit=False), connect()
+    consumer.execute("SELECT pgmq.create('jobs')")
+    producer.execute("SELECT pgmq.send('jobs', '{}')")
+    producer.rollback()
+    assert scalar(consumer, "SELECT queue_length FROM pgmq.metrics('jobs')") == 0
+
+
+def test_delete_in_uncommitted_transaction_keeps_message_for_others(connect):
+    a, b = connect(autocommit=False), connect()
+    b.execute("SELECT pgmq.create('jobs')")
+    b.execute("SELECT pgmq.send('jobs', '{}')")
+    assert a.execute("SELECT pgmq.delete('jobs', 1::bigint)").fetchone() == (True,)
+    assert scalar(b, "SELECT count(*) FROM pgmq.q_jobs") == 1
+    a.rollback()
+    assert column(b, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == [1]
