@@ -1,0 +1,95 @@
+"""`pgmq-build demo`: a short narrated tour of the queue on a throwaway server (or --dsn)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+
+import psycopg
+
+from . import install
+from .cluster import TempCluster
+
+Echo = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def _server(dsn: str | None, keep: bool, echo: Echo) -> Iterator[str]:
+    if dsn:
+        echo(f"Using the server at {dsn!r}.")
+        yield dsn
+        return
+    try:
+        install.install_files()
+        echo("Installed the extension files into the local PostgreSQL's share directory.")
+    except install.InstallError as exc:
+        echo(f"(extension files not installed: {exc}; the standalone script will be used)")
+    echo("Starting a throwaway PostgreSQL server...")
+    cluster = TempCluster(keep=keep)
+    with cluster:
+        who = f" as OS user '{cluster._user.pw_name}'" if cluster._user else ""
+        echo(f"  running{who} on 127.0.0.1:{cluster.port}, data in {cluster.base}")
+        yield cluster.dsn()
+    echo("Stopped the throwaway server" + (f" (kept {cluster.base})." if keep else " and removed its files."))
+
+
+def _show(echo: Echo, sql: str, rows: list[tuple]) -> None:
+    echo(f"  sql> {sql}")
+    for row in rows:
+        echo("       " + " | ".join(_fmt(v) for v in row))
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if hasattr(value, "isoformat"):
+        return value.isoformat(timespec="seconds")  # type: ignore[union-attr]
+    return str(value)
+
+
+def run_demo(dsn: str | None = None, keep: bool = False, echo: Echo = print) -> None:
+    queue = f"demo_orders_{os.getpid()}"
+    with _server(dsn, keep, echo) as url, psycopg.connect(url, autocommit=True) as conn:
+        how = install.ensure_pgmq(conn)
+        version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
+        echo(f"pgmq is ready: {how}" + (f", extension version {version[0]}" if version else ""))
+
+        def q(sql: str, *params: object) -> list[tuple]:
+            rows = conn.execute(sql, params).fetchall()
+            _show(echo, sql.replace("%s", "{}").format(*[repr(p) for p in params]), rows)
+            return rows
+
+        echo("\n1. Create a queue: a table pgmq.q_<name> plus its archive pgmq.a_<name>.")
+        q("SELECT pgmq.create(%s)", queue)
+
+        echo("\n2. Send three orders; one is delayed by 60 seconds. Each send returns the new msg_id.")
+        q("SELECT * FROM pgmq.send(%s, %s::jsonb)", queue, '{"order": 1, "item": "book"}')
+        q("SELECT * FROM pgmq.send(%s, %s::jsonb, %s::jsonb)", queue, '{"order": 2, "item": "pen"}',
+          '{"x-trace": "abc"}')
+        q("SELECT * FROM pgmq.send(%s, %s::jsonb, 60)", queue, '{"order": 3, "item": "later"}')
+
+        echo("\n3. Read with a 30-second lease: the messages stay but are hidden from other readers.")
+        leased = q("SELECT msg_id, read_ct, message FROM pgmq.read(%s, 30, 5)", queue)
+        echo(f"   {len(leased)} messages leased; the delayed one is not visible yet.")
+        q("SELECT msg_id FROM pgmq.read(%s, 30, 5)", queue)
+        echo("   A second read gets nothing: the leased messages are invisible until their vt passes.")
+
+        echo("\n4. Done with order 1: archive it (kept in pgmq.a_<name> for audit).")
+        first = leased[0][0]
+        q("SELECT pgmq.archive(%s, %s::bigint)", queue, first)
+
+        echo("\n5. Give order 2 back early: set its visibility timeout to 0, then pop it (read + delete).")
+        second = leased[1][0]
+        q("SELECT msg_id, vt FROM pgmq.set_vt(%s, %s::bigint, 0)", queue, second)
+        q("SELECT msg_id, message FROM pgmq.pop(%s)", queue)
+
+        echo("\n6. Metrics: one message left (the delayed one), three sent in total.")
+        q("SELECT queue_name, queue_length, queue_visible_length, total_messages FROM pgmq.metrics(%s)",
+          queue)
+        q("SELECT msg_id, archived_at IS NOT NULL AS archived, message FROM pgmq.a_" + queue)
+
+        echo("\n7. Clean up.")
+        q("SELECT pgmq.drop_queue(%s)", queue)
+        echo("\nDemo finished: create, send, read with a lease, archive, set_vt, pop, metrics.")
