@@ -819,3 +819,44 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pgmq TO pg_monitor;
 GRANT SELECT ON ALL SEQUENCES IN SCHEMA pgmq TO pg_monitor;
 ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON TABLES TO pg_monitor;
 ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON SEQUENCES TO pg_monitor;
+
+-- ---------------------------------------------------------------- feature: partitioned
+
+-- features/partitioned/functions/partman.sql.j2
+
+
+-- features/partitioned/functions/create_partitioned.sql.j2
+
+
+-- ---------------------------------------------------------------- feature: fifo
+
+-- features/fifo/functions/fifo_index.sql.j2
+
+
+-- features/fifo/functions/read_grouped.sql.j2
+
+
+-- ---------------------------------------------------------------- feature: topics
+
+-- features/topics/tables.sql.j2
+
+
+-- features/topics/functions/validate.sql.j2
+
+
+-- features/topics/functions/bindings.sql.j2
+
+
+-- features/topics/functions/send_topic.sql.j2
+
+
+-- ---------------------------------------------------------------- feature: notify
+
+-- features/notify/tables.sql.j2
+
+
+-- features/notify/functions/notify_insert.sql.j2
+
+
+-- features/notify/functions/notify_msg_id.sql.j2
+

@@ -192,4 +192,93 @@ CORE = Feature(
     ),
 )
 
-MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED, features=(CORE,))
+POLL = "max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100"
+PART_DEFAULTS = "partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text"
+
+PARTITIONED = Feature(
+    name="partitioned",
+    requires=("core",),
+    templates=("functions/partman.sql.j2", "functions/create_partitioned.sql.j2"),
+    functions=(
+        _f("_extension_schema", "extension_name text", "text", upstream=False),
+        _f("_get_pg_partman_schema", "", "text"),
+        _f("_get_pg_partman_major_version", "", "integer"),
+        _f("_ensure_pg_partman_installed", "", "void"),
+        _f("_get_partition_col", "partition_interval text", "text"),
+        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void"),
+        _f("convert_archive_partitioned",
+           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void"),
+        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False),
+    ),
+)
+
+FIFO = Feature(
+    name="fifo",
+    requires=("core",),
+    templates=("functions/fifo_index.sql.j2", "functions/read_grouped.sql.j2"),
+    functions=(
+        _f("_create_fifo_index_if_not_exists", "queue_name text", "void"),
+        _f("create_fifo_index", "queue_name text", "void"),
+        _f("create_fifo_indexes_all", "", "void"),
+        _f("read_grouped", "queue_name text, vt integer, qty integer", MSGS),
+        _f("read_grouped_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
+        _f("read_grouped_rr", "queue_name text, vt integer, qty integer", MSGS),
+        _f("read_grouped_rr_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
+        _f("read_grouped_head", "queue_name text, vt integer, qty integer", MSGS),
+        _f("read_grouped_head_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
+    ),
+)
+
+ROUTED = "TABLE(queue_name text, msg_id bigint)"
+
+TOPICS = Feature(
+    name="topics",
+    requires=("core",),
+    templates=("tables.sql.j2", "functions/validate.sql.j2", "functions/bindings.sql.j2",
+               "functions/send_topic.sql.j2"),
+    config_tables=("topic_bindings",),
+    functions=(
+        _f("validate_routing_key", "routing_key text", "boolean"),
+        _f("validate_topic_pattern", "pattern text", "boolean"),
+        _f("_topic_regex", "pattern text", "text", upstream=False),
+        _f("bind_topic", "pattern text, queue_name text", "void"),
+        _f("unbind_topic", "pattern text, queue_name text", "boolean"),
+        _f("list_topic_bindings", "",
+           f"TABLE(pattern text, queue_name text, bound_at {TS}, compiled_regex text)"),
+        _f("list_topic_bindings", "queue_name text",
+           f"TABLE(pattern text, queue_name text, bound_at {TS}, compiled_regex text)"),
+        _f("test_routing", "routing_key text", "TABLE(pattern text, queue_name text, compiled_regex text)"),
+        _f("send_topic", "routing_key text, msg jsonb, headers jsonb, delay integer", "integer"),
+        _f("send_topic", "routing_key text, msg jsonb", "integer"),
+        _f("send_topic", "routing_key text, msg jsonb, delay integer", "integer"),
+        _f("send_topic", "routing_key text, msg jsonb, headers jsonb", "integer", upstream=False),
+        _f("send_batch_topic", f"routing_key text, msgs jsonb[], headers jsonb[], delay {TS}", ROUTED),
+        _f("send_batch_topic", "routing_key text, msgs jsonb[]", ROUTED),
+        _f("send_batch_topic", "routing_key text, msgs jsonb[], headers jsonb[]", ROUTED),
+        _f("send_batch_topic", "routing_key text, msgs jsonb[], delay integer", ROUTED),
+        _f("send_batch_topic", f"routing_key text, msgs jsonb[], delay {TS}", ROUTED),
+        _f("send_batch_topic", "routing_key text, msgs jsonb[], headers jsonb[], delay integer", ROUTED),
+    ),
+)
+
+NOTIFY = Feature(
+    name="notify",
+    requires=("core",),
+    templates=("tables.sql.j2", "functions/notify_insert.sql.j2", "functions/notify_msg_id.sql.j2"),
+    config_tables=("notify_insert_throttle",),
+    functions=(
+        _f("notify_queue_listeners", "", "trigger"),
+        _f("enable_notify_insert", "queue_name text, throttle_interval_ms integer DEFAULT 250", "void"),
+        _f("disable_notify_insert", "queue_name text", "void"),
+        _f("update_notify_insert", "queue_name text, throttle_interval_ms integer", "void"),
+        _f("list_notify_insert_throttles", "",
+           f"TABLE(queue_name text, throttle_interval_ms integer, last_notified_at {TS})"),
+        _f("_notify_msg_id", "", "trigger", upstream=False),
+        _f("enable_notify_msg_id", "queue_name text", "void", upstream=False),
+        _f("disable_notify_msg_id", "queue_name text", "void", upstream=False),
+    ),
+)
+
+# Features in render order.
+MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
+                    features=(CORE, PARTITIONED, FIFO, TOPICS, NOTIFY))
