@@ -840,25 +840,550 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON SEQUENCES TO pg_monitor;
 
 -- ---------------------------------------------------------------- feature: topics
 
--- features/topics/tables.sql.j2
-
-
 -- features/topics/functions/validate.sql.j2
+-- validate_routing_key: dot-separated words of letters, digits, '_' and '-'.
+CREATE FUNCTION pgmq.validate_routing_key(routing_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF routing_key IS NULL OR routing_key = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key cannot be NULL or empty');
+    END IF;
+    IF length(routing_key) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key length cannot exceed 255 characters, got %s characters', length(routing_key));
+    END IF;
+    IF routing_key !~ '^[a-zA-Z0-9._-]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %s', routing_key);
+    END IF;
+    IF routing_key ~ '^\.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key cannot start with a dot. Got: %s', routing_key);
+    END IF;
+    IF routing_key ~ '\.$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key cannot end with a dot. Got: %s', routing_key);
+    END IF;
+    IF routing_key ~ '\.\.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('routing_key cannot contain consecutive dots. Got: %s', routing_key);
+    END IF;
+    RETURN true;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.validate_routing_key(routing_key text) IS 'Raise unless routing_key is a valid routing key; true otherwise.';
 
+-- validate_topic_pattern: a routing key that may also hold '*' (one word) and '#' (any words).
+CREATE FUNCTION pgmq.validate_topic_pattern(pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot be NULL or empty');
+    END IF;
+    IF length(pattern) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern length cannot exceed 255 characters, got %s characters', length(pattern));
+    END IF;
+    IF pattern !~ '^[a-zA-Z0-9._\-*#]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '^\.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot start with a dot. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '\.$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot end with a dot. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '\.\.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot contain consecutive dots. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '\*\*' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '##' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %s', pattern);
+    END IF;
+    IF pattern ~ '\*#' OR pattern ~ '#\*' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %s', pattern);
+    END IF;
+    RETURN true;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.validate_topic_pattern(pattern text) IS 'Raise unless pattern is a valid topic pattern; true otherwise.';
+
+-- _topic_regex: the anchored regex of a pattern: metacharacters escaped, '*' = one word,
+-- '#' = anything (so 'logs.#' needs at least 'logs.'; upstream's rule).
+CREATE FUNCTION pgmq._topic_regex(pattern text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT '^' || replace(replace(regexp_replace(pattern, '([.+?{}()|\[\]\\^$])', '\\\1', 'g'),
+                              '*', '[^.]+'),
+                      '#', '.*') || '$'
+$fn$;
+
+-- features/topics/tables.sql.j2
+-- Topic bindings (AMQP-style routing keys). The pattern is compiled to an anchored regex once,
+-- when the binding is made, so sends only evaluate `routing_key ~ compiled_regex`.
+CREATE TABLE pgmq.topic_bindings (
+    pattern        text NOT NULL,
+    queue_name     text NOT NULL
+        CONSTRAINT topic_bindings_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    bound_at       TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+    compiled_regex text GENERATED ALWAYS AS (pgmq._topic_regex(pattern)) STORED,
+    CONSTRAINT topic_bindings_unique_pattern_queue UNIQUE (pattern, queue_name)
+);
+CREATE INDEX idx_topic_bindings_covering ON pgmq.topic_bindings (pattern) INCLUDE (queue_name, compiled_regex);
 
 -- features/topics/functions/bindings.sql.j2
+-- bind_topic: route keys matching pattern to queue_name (idempotent).
+CREATE FUNCTION pgmq.bind_topic(pattern text, queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.validate_topic_pattern(pattern);
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'queue_name cannot be NULL or empty';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('Queue "%s" does not exist. Create the queue first using pgmq.create()', queue_name);
+    END IF;
+    INSERT INTO pgmq.topic_bindings (pattern, queue_name)
+    VALUES (pattern, queue_name)
+    ON CONFLICT ON CONSTRAINT topic_bindings_unique_pattern_queue DO NOTHING;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.bind_topic(pattern text, queue_name text) IS 'Route routing keys matching pattern to a queue (idempotent).';
 
+-- unbind_topic: true when the binding existed.
+CREATE FUNCTION pgmq.unbind_topic(pattern text, queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'pattern cannot be NULL or empty';
+    END IF;
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'queue_name cannot be NULL or empty';
+    END IF;
+    DELETE FROM pgmq.topic_bindings b
+    WHERE b.pattern = unbind_topic.pattern AND b.queue_name = unbind_topic.queue_name;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.unbind_topic(pattern text, queue_name text) IS 'Remove a topic binding; true if it existed.';
+
+-- list_topic_bindings: every binding, newest first.
+CREATE FUNCTION pgmq.list_topic_bindings()
+RETURNS TABLE(pattern text, queue_name text, bound_at timestamp with time zone, compiled_regex text)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT b.pattern, b.queue_name, b.bound_at, b.compiled_regex
+FROM pgmq.topic_bindings b
+ORDER BY b.bound_at DESC, b.pattern, b.queue_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_topic_bindings() IS 'Every topic binding, newest first.';
+
+-- list_topic_bindings(queue_name): the bindings of one queue, newest first.
+CREATE FUNCTION pgmq.list_topic_bindings(queue_name text)
+RETURNS TABLE(pattern text, queue_name text, bound_at timestamp with time zone, compiled_regex text)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT b.pattern, b.queue_name, b.bound_at, b.compiled_regex
+FROM pgmq.topic_bindings b
+WHERE b.queue_name = $1
+ORDER BY b.bound_at DESC, b.pattern, b.queue_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_topic_bindings(queue_name text) IS 'The topic bindings of one queue, newest first.';
+
+-- test_routing: which bindings a routing key would match (a dry run of send_topic).
+CREATE FUNCTION pgmq.test_routing(routing_key text)
+RETURNS TABLE(pattern text, queue_name text, compiled_regex text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    RETURN QUERY
+    SELECT b.pattern, b.queue_name, b.compiled_regex
+    FROM pgmq.topic_bindings b
+    WHERE routing_key ~ b.compiled_regex
+    ORDER BY b.pattern;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.test_routing(routing_key text) IS 'Dry run: the bindings a routing key matches.';
 
 -- features/topics/functions/send_topic.sql.j2
+-- send_topic: one copy into every queue whose binding matches; returns how many queues.
+-- All or nothing: any failing send aborts the whole call.
+CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+    v_count integer := 0;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msg cannot be NULL';
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('delay cannot be negative, got: %s', delay);
+    END IF;
+    FOR v_queue IN SELECT DISTINCT b.queue_name
+    FROM pgmq.topic_bindings b
+    WHERE routing_key ~ b.compiled_regex
+    ORDER BY b.queue_name
+    LOOP
+        PERFORM pgmq.send(v_queue, msg, headers, delay);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Send a message to every queue bound to a matching pattern; returns the number of queues.';
 
+
+-- send_topic(routing_key text, msg jsonb)
+CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb)
+RETURNS integer
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pgmq.send_topic(routing_key, msg, NULL::jsonb, 0)
+$fn$;
+
+-- send_topic(routing_key text, msg jsonb, delay integer)
+CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, delay integer)
+RETURNS integer
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pgmq.send_topic(routing_key, msg, NULL::jsonb, delay)
+$fn$;
+
+-- send_topic(routing_key text, msg jsonb, headers jsonb)
+CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb)
+RETURNS integer
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pgmq.send_topic(routing_key, msg, headers, 0)
+$fn$;
+
+-- send_batch_topic: the batch into every matching queue; returns each (queue, msg_id).
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    PERFORM pgmq._validate_batch_params(msgs, headers);
+    FOR v_queue IN SELECT DISTINCT b.queue_name
+    FROM pgmq.topic_bindings b
+    WHERE routing_key ~ b.compiled_regex
+    ORDER BY b.queue_name
+    LOOP
+        RETURN QUERY SELECT v_queue, s.msg_id
+                     FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send a batch to every queue bound to a matching pattern.';
+
+
+-- send_batch_topic(routing_key text, msgs jsonb[])
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[])
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], clock_timestamp())
+$fn$;
+
+-- send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[])
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[])
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, clock_timestamp())
+$fn$;
+
+-- send_batch_topic(routing_key text, msgs jsonb[], delay integer)
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay integer)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay))
+$fn$;
+
+-- send_batch_topic(routing_key text, msgs jsonb[], delay timestamp with time zone)
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], delay)
+$fn$;
+
+-- send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay integer)
+CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, pgmq._delay_to_vt(delay))
+$fn$;
 
 -- ---------------------------------------------------------------- feature: notify
 
 -- features/notify/tables.sql.j2
-
+-- Per-queue throttle of insert notifications. UNLOGGED as upstream: the throttle clock is
+-- disposable. A crash empties it; notify_queue_listeners then notifies unthrottled rather
+-- than going silent.
+CREATE UNLOGGED TABLE pgmq.notify_insert_throttle (
+    queue_name           VARCHAR NOT NULL
+        CONSTRAINT notify_insert_throttle_queue_name_key UNIQUE
+        CONSTRAINT notify_insert_throttle_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    throttle_interval_ms INTEGER NOT NULL DEFAULT 0,
+    last_notified_at     TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT to_timestamp(0)
+);
+CREATE INDEX idx_notify_throttle_active ON pgmq.notify_insert_throttle (queue_name, last_notified_at)
+    WHERE throttle_interval_ms > 0;
 
 -- features/notify/functions/notify_insert.sql.j2
+-- notify_queue_listeners: trigger behind enable_notify_insert. Sends an empty NOTIFY on
+-- channel pgmq.q_<queue_name>.INSERT at most once per throttle interval. The trigger is
+-- INITIALLY DEFERRED, so it runs at commit: the throttle row is locked only while committing,
+-- never for the life of a producer's transaction.
+CREATE FUNCTION pgmq.notify_queue_listeners()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- The queue name as given (TG_ARGV[0]); the table name is lowercased and cannot be
+    -- mapped back. Older triggers without the argument fall back to it.
+    v_queue    text := coalesce(TG_ARGV[0], substring(TG_TABLE_NAME FROM 3));
+    v_throttle integer;
+BEGIN
+    SELECT t.throttle_interval_ms INTO v_throttle
+    FROM pgmq.notify_insert_throttle t
+    WHERE t.queue_name = v_queue;
 
+    IF coalesce(v_throttle, 0) > 0 THEN
+        UPDATE pgmq.notify_insert_throttle t
+        SET last_notified_at = clock_timestamp()
+        WHERE t.queue_name = v_queue
+          AND clock_timestamp() - t.last_notified_at >= v_throttle * interval '1 millisecond';
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    -- Unthrottled: PostgreSQL folds identical notifications of one transaction into one.
+    PERFORM pg_notify('pgmq.q_' || v_queue || '.' || TG_OP, NULL);
+    RETURN NULL;
+END;
+$fn$;
+
+-- enable_notify_insert: NOTIFY pgmq.q_<queue_name>.INSERT when messages are committed.
+CREATE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
+    END IF;
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
+    END IF;
+
+    PERFORM pgmq.disable_notify_insert(queue_name);
+    INSERT INTO pgmq.notify_insert_throttle AS t (queue_name, throttle_interval_ms)
+    VALUES (queue_name, throttle_interval_ms)
+    ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
+        SET throttle_interval_ms = EXCLUDED.throttle_interval_ms,
+            last_notified_at = to_timestamp(0);
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    EXECUTE format(
+        $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners
+           AFTER INSERT ON pgmq.%I
+           DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners(%L)$q$,
+        v_qtable, queue_name);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Notify channel pgmq.q_<queue_name>.INSERT on committed inserts, at most once per throttle_interval_ms.';
+
+-- disable_notify_insert: drops the trigger and the throttle row.
+CREATE FUNCTION pgmq.disable_notify_insert(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I',
+                   pgmq.format_table_name(queue_name, 'q'));
+    DELETE FROM pgmq.notify_insert_throttle t WHERE t.queue_name = disable_notify_insert.queue_name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.disable_notify_insert(queue_name text) IS 'Stop insert notifications for a queue.';
+
+-- update_notify_insert: change the throttle of an enabled queue (resets the throttle clock).
+CREATE FUNCTION pgmq.update_notify_insert(queue_name text, throttle_interval_ms integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = update_notify_insert.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('Queue "%s" does not exist. Create the queue first using pgmq.create()', queue_name);
+    END IF;
+    UPDATE pgmq.notify_insert_throttle t
+    SET throttle_interval_ms = update_notify_insert.throttle_interval_ms,
+        last_notified_at = to_timestamp(0)
+    WHERE t.queue_name = update_notify_insert.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('Queue "%s" does not have notify_insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.update_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Change the throttle of a queue''s insert notifications.';
+
+-- list_notify_insert_throttles: every queue with insert notifications, by name.
+CREATE FUNCTION pgmq.list_notify_insert_throttles()
+RETURNS TABLE(queue_name text, throttle_interval_ms integer, last_notified_at timestamp with time zone)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT t.queue_name, t.throttle_interval_ms, t.last_notified_at
+FROM pgmq.notify_insert_throttle t
+ORDER BY t.queue_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_notify_insert_throttles() IS 'Queues with insert notifications and their throttles.';
 
 -- features/notify/functions/notify_msg_id.sql.j2
+-- _notify_msg_id: trigger behind enable_notify_msg_id. One NOTIFY per committed message on
+-- channel pgmq.q_<queue_name>.MSG_ID, the payload being the msg_id (pg_message_queue's model:
+-- a listener can fetch exactly that message). Not throttled.
+CREATE FUNCTION pgmq._notify_msg_id()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_notify('pgmq.q_' || TG_ARGV[0] || '.MSG_ID', NEW.msg_id::text);
+    RETURN NULL;
+END;
+$fn$;
 
+-- enable_notify_msg_id: per-message notifications carrying the msg_id (idempotent).
+CREATE FUNCTION pgmq.enable_notify_msg_id(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
+    END IF;
+    PERFORM pgmq.disable_notify_msg_id(queue_name);
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    EXECUTE format(
+        $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_msg_id
+           AFTER INSERT ON pgmq.%I
+           DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION pgmq._notify_msg_id(%L)$q$,
+        v_qtable, queue_name);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.enable_notify_msg_id(queue_name text) IS 'NOTIFY pgmq.q_<queue_name>.MSG_ID with the msg_id as payload for every committed message.';
+
+-- disable_notify_msg_id: stop per-message notifications.
+CREATE FUNCTION pgmq.disable_notify_msg_id(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_msg_id ON pgmq.%I',
+                   pgmq.format_table_name(queue_name, 'q'));
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-message msg_id notifications for a queue.';

@@ -234,7 +234,8 @@ ROUTED = "TABLE(queue_name text, msg_id bigint)"
 TOPICS = Feature(
     name="topics",
     requires=("core",),
-    templates=("tables.sql.j2", "functions/validate.sql.j2", "functions/bindings.sql.j2",
+    # the generated column of topic_bindings calls _topic_regex, so validate.sql.j2 comes first
+    templates=("functions/validate.sql.j2", "tables.sql.j2", "functions/bindings.sql.j2",
                "functions/send_topic.sql.j2"),
     config_tables=("topic_bindings",),
     functions=(
