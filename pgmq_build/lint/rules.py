@@ -1,0 +1,307 @@
+"""The PGMQ0xx rules. Each rule is one function; ``codes.py`` says why each exists.
+
+PGMQ001 runs on the raw text (nothing else can run if the script does not parse); the others
+take a parsed :class:`~.script.Script` and yield :class:`~.script.Problem` items.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from pglast import ast, parse_sql, visitors
+from pglast.enums import ObjectType, RoleSpecType, VariableSetKind
+from pglast.parser import ParseError
+
+from . import sqlast
+from .script import Problem, Script, Statement, error_offset, problem, strip_guard
+
+PINNED_SEARCH_PATH = ["pg_catalog", "pg_temp"]
+ROUTINE_OBJECTS = (ObjectType.OBJECT_FUNCTION, ObjectType.OBJECT_PROCEDURE,
+                   ObjectType.OBJECT_ROUTINE)
+PLPGSQL_TRANSACTION = ("PLpgSQL_stmt_commit", "PLpgSQL_stmt_rollback")
+# Statements that accept $n parameters from EXECUTE ... USING; utility statements (DDL) do not,
+# so a value in DDL (a trigger argument, a COMMENT) can only be written with %L.
+PARAMETERIZABLE = (ast.SelectStmt, ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt, ast.MergeStmt,
+                   ast.CallStmt)
+
+
+# ----------------------------------------------------------------------------- PGMQ001
+
+def pgmq001_parses(sql: str, target: str) -> list[Problem]:
+    """The script parses as plain SQL (the extension guard line aside)."""
+    text = strip_guard(sql, target)
+    try:
+        parse_sql(text)
+    except ParseError as exc:
+        offset = error_offset(exc)
+        line = sqlast.line_at(text, offset) if offset is not None else 1
+        source = text.splitlines()[line - 1].lstrip() if offset is not None else ""
+        message = exc.args[0]
+        if source.startswith("\\"):
+            message = f"psql meta-command {source.split()[0]} (only the extension guard is allowed)"
+        return [Problem("PGMQ001", "script", message, line)]
+    return []
+
+
+# ----------------------------------------------------------------------------- PGMQ002
+
+def pgmq002_declared(script: Script) -> Iterator[Problem]:
+    """Routines are schema-qualified and declared; every declared routine is created once."""
+    schema, declared = script.manifest.schema, script.declared
+    for r in script.routines:
+        if not r.qualified:
+            yield problem("PGMQ002", r, f"name must be qualified with schema {schema!r}")
+            continue
+        fn, result = declared.get(r.key), sqlast.result_type(r.node)
+        if fn is None:
+            known = [f.identity_args for f in declared.values() if f.name == r.key[0]]
+            hint = f"; the manifest has ({'), ('.join(known)})" if known else ""
+            yield problem("PGMQ002", r, f"not declared in the manifest{hint}")
+        elif result != fn.returns:
+            got, want = result or "nothing (a procedure)", fn.returns or "a procedure"
+            yield problem("PGMQ002", r, f"returns {got}, the manifest says {want}")
+    created = Counter(r.key for r in script.routines if r.qualified)
+    for key, fn in declared.items():
+        if created[key] != 1:
+            what = f"created {created[key]} times" if created[key] else "never created"
+            obj = f"{schema}.{fn.name}({fn.identity_args})"
+            yield Problem("PGMQ002", obj, f"declared in the manifest but {what}", 1)
+
+
+# ----------------------------------------------------------------------------- PGMQ003
+
+def _search_path_problem(setting: ast.VariableSetStmt) -> str | None:
+    values = [str(getattr(a.val, "sval", a.val)) for a in setting.args or ()]
+    if setting.kind == VariableSetKind.VAR_SET_VALUE and values == PINNED_SEARCH_PATH:
+        return None
+    shown = f"= {', '.join(values)}" if values else setting.kind.name.removeprefix("VAR_SET_")
+    return f"SET search_path {shown}; it must be exactly = {', '.join(PINNED_SEARCH_PATH)}"
+
+
+def _revokes_from_public(node: ast.Node, fn: ast.CreateFunctionStmt) -> bool:
+    """Whether a statement is REVOKE ... ON FUNCTION <fn> ... FROM PUBLIC."""
+    if not isinstance(node, ast.GrantStmt) or node.is_grant or node.objtype not in ROUTINE_OBJECTS:
+        return False
+    if not any(r.roletype == RoleSpecType.ROLESPEC_PUBLIC for r in node.grantees or ()):
+        return False
+    name, types = sqlast.dotted(fn.funcname), sqlast.in_arg_types(fn.parameters)
+    return any(
+        sqlast.dotted(o.objname) == name
+        and (o.args_unspecified or [sqlast.type_name(t) for t in o.objargs or ()] == types)
+        for o in node.objects or ()
+    )
+
+
+def pgmq003_search_path_and_security(script: Script) -> Iterator[Problem]:
+    """search_path is pinned; SECURITY DEFINER only where declared, and revoked from PUBLIC."""
+    for r in script.routines:
+        paths = [s for s in r.settings if s.name == "search_path"]
+        if not paths:
+            yield problem("PGMQ003", r, "no SET search_path = pg_catalog, pg_temp")
+        for message in filter(None, map(_search_path_problem, paths)):
+            yield problem("PGMQ003", r, message)
+        security = r.options.get("security")
+        definer = bool(security is not None and security.boolval)
+        fn = script.declared.get(r.key) if r.qualified else None
+        allowed = bool(fn and fn.security_definer)
+        if definer and not allowed:
+            yield problem("PGMQ003", r, "SECURITY DEFINER but the manifest does not allow it")
+        elif allowed and not definer:
+            yield problem("PGMQ003", r, "the manifest declares SECURITY DEFINER but it is not")
+        elif definer and not fn.definer_reason.strip():
+            yield problem("PGMQ003", r, "SECURITY DEFINER needs a definer_reason in the manifest")
+        if definer and not any(_revokes_from_public(s.node, r.node) for s in script.statements):
+            yield problem("PGMQ003", r, "SECURITY DEFINER without REVOKE ... FROM PUBLIC")
+
+
+# ----------------------------------------------------------------------------- PGMQ004
+
+def pgmq004_bodies_compile(script: Script) -> Iterator[Problem]:
+    """PL/pgSQL bodies compile and the SQL in them parses; LANGUAGE sql bodies parse."""
+    for r in script.routines:
+        for message in r.body_errors:
+            yield problem("PGMQ004", r, message)
+
+
+# ----------------------------------------------------------------------------- PGMQ005
+
+def _takes_parameters(template: str) -> bool:
+    """Whether dynamic SQL could take its values as $n USING parameters (DDL cannot)."""
+    try:
+        stmts = parse_sql(sqlast.fill_format(template))
+    except ParseError:
+        return True
+    return any(isinstance(s.stmt, PARAMETERIZABLE) for s in stmts)
+
+
+def _format_problem(template: str) -> str | None:
+    for spec in sqlast.FORMAT_SPEC.finditer(template):
+        text, kind = spec.group(0), spec.group("type")
+        if kind == "L" and _takes_parameters(template):
+            return f"format string uses {text}; pass values with USING, not as quoted literals"
+        if kind == "s":
+            return f"format string uses {text}; quote identifiers with %I, pass values with USING"
+        if kind not in (None, "I", "L") or spec.group("flags") or spec.group("width"):
+            return f"format string uses {text}; only %I, %n$I (and %L in DDL) are allowed"
+    return None
+
+
+def _dynamic_sql_problem(query: str) -> str | None:
+    try:
+        node = sqlast.expression(query)
+    except ParseError:
+        return None  # reported by PGMQ004
+    if isinstance(node, ast.ColumnRef | ast.ParamRef):
+        return None
+    if isinstance(node, ast.A_Expr) and sqlast.dotted(node.name) == "||":
+        return "dynamic SQL built with ||; use format() with %I and pass values with USING"
+    if not sqlast.is_call(node, "format"):
+        return f"dynamic SQL must be format(...) or a variable, not {type(node).__name__}"
+    template = sqlast.format_string(node)
+    if template is None:
+        return "the format() string of dynamic SQL must be a string constant"
+    return _format_problem(template)
+
+
+def pgmq005_dynamic_sql(script: Script) -> Iterator[Problem]:
+    """EXECUTE-like statements run format('constant with %I', ...) or a variable, only."""
+    for r in script.routines:
+        for query in sqlast.dynamic_queries(r.plpgsql or []):
+            message = _dynamic_sql_problem(query)
+            if message:
+                yield problem("PGMQ005", r, message)
+
+
+# ----------------------------------------------------------------------------- PGMQ006
+
+def _unqualified(stmts: object) -> list[str]:
+    relations = visitors.referenced_relations(stmts)
+    return sorted(rel for rel in relations if not sqlast.is_qualified(rel))
+
+
+def pgmq006_qualified_relations(script: Script) -> Iterator[Problem]:
+    """Relations in top-level statements, bodies and dynamic-SQL templates have a schema."""
+    for stmt in script.statements:
+        if not isinstance(stmt.node, ast.CreateFunctionStmt):
+            for rel in _unqualified(stmt.node):
+                yield problem("PGMQ006", stmt, f"relation {rel} is not schema-qualified")
+    for r in script.routines:
+        for sql in r.sql:
+            where = " in dynamic SQL" if sql.kind == "template" else ""
+            for rel in _unqualified(sql.stmts):
+                yield problem("PGMQ006", r, f"relation {rel}{where} is not schema-qualified")
+        for message in r.template_errors:
+            yield problem("PGMQ006", r, f"cannot check relations: {message}")
+
+
+# ----------------------------------------------------------------------------- PGMQ007
+
+def pgmq007_no_replace_or_if_not_exists(script: Script) -> Iterator[Problem]:
+    """Top-level statements never CREATE OR REPLACE nor CREATE ... IF NOT EXISTS."""
+    for stmt in script.statements:
+        if type(stmt.node).__name__.startswith("Alter"):
+            continue  # ALTER TEXT SEARCH CONFIGURATION ... REPLACE is not CREATE OR REPLACE
+        if getattr(stmt.node, "replace", False):
+            yield problem("PGMQ007", stmt, "CREATE OR REPLACE in an install script")
+        if getattr(stmt.node, "if_not_exists", False):
+            yield problem("PGMQ007", stmt, "IF NOT EXISTS in an install script")
+
+
+# ----------------------------------------------------------------------------- PGMQ008
+
+def _config_dump_arg(node: ast.Node) -> str | None:
+    """The table named by SELECT pg_extension_config_dump('<table>', ...), else None."""
+    if not isinstance(node, ast.SelectStmt):
+        return None
+    for target in node.targetList or ():
+        call = target.val
+        if sqlast.is_call(call, "pg_extension_config_dump") and call.args:
+            arg = call.args[0].arg if isinstance(call.args[0], ast.TypeCast) else call.args[0]
+            return getattr(arg.val, "sval", "") if isinstance(arg, ast.A_Const) else ""
+    return None
+
+
+def _adds_to_extension(node: ast.Node) -> bool:
+    node = getattr(node, "stmt", node)  # RawStmt from parse_sql
+    return isinstance(node, ast.AlterExtensionContentsStmt) and node.action == 1
+
+
+def _config_dumps(script: Script) -> Iterator[Problem]:
+    """Each pg_extension_config_dump call: extension only, of a declared, created table."""
+    wanted = {f"{script.manifest.schema}.{t}" for t in script.manifest.config_tables}
+    created: dict[str, Statement] = {}
+    for stmt in script.statements:
+        if isinstance(stmt.node, ast.CreateStmt):
+            rel = stmt.node.relation
+            created[f"{rel.schemaname}.{rel.relname}" if rel.schemaname else rel.relname] = stmt
+        table = _config_dump_arg(stmt.node)
+        if table is None:
+            continue
+        if script.target != "extension":
+            yield problem("PGMQ008", stmt, "pg_extension_config_dump outside an extension script")
+        elif table not in wanted:
+            yield problem("PGMQ008", stmt, f"{table} is config-dumped but not a config table")
+        elif table not in created:
+            yield problem("PGMQ008", stmt, f"{table} is config-dumped before it is created")
+        if table in created:
+            wanted.discard(table)
+    for table in sorted(wanted) if script.target == "extension" else ():
+        where = created.get(table)
+        if where is None:
+            yield Problem("PGMQ008", "script", f"config table {table} is not created", 1)
+        else:
+            message = f"config table {table} is not followed by pg_extension_config_dump"
+            yield problem("PGMQ008", where, message)
+
+
+def pgmq008_config_dump(script: Script) -> Iterator[Problem]:
+    """Config tables are config-dumped (extension only); nothing is ALTER EXTENSION ... ADDed."""
+    yield from _config_dumps(script)
+    for stmt in script.statements:
+        if _adds_to_extension(stmt.node):
+            yield problem("PGMQ008", stmt, "ALTER EXTENSION ... ADD in the install script")
+    for r in script.routines:
+        if any(_adds_to_extension(s) for sql in r.sql for s in sql.stmts):
+            yield problem("PGMQ008", r, "ALTER EXTENSION ... ADD in a function body")
+
+
+# ----------------------------------------------------------------------------- PGMQ009
+
+def pgmq009_no_transactions_ascii(script: Script) -> Iterator[Problem]:
+    """No BEGIN/COMMIT/ROLLBACK/SAVEPOINT at top level or in bodies; ASCII text only."""
+    for stmt in script.statements:
+        if isinstance(stmt.node, ast.TransactionStmt):
+            yield problem("PGMQ009", stmt, "transaction control at top level")
+    for r in script.routines:
+        in_plpgsql = any(k in n for n in sqlast.walk(r.plpgsql or []) for k in PLPGSQL_TRANSACTION)
+        nodes = (getattr(s, "stmt", s) for sql in r.sql for s in sql.stmts)
+        in_sql = any(isinstance(n, ast.TransactionStmt) for n in nodes)
+        if in_plpgsql or in_sql:
+            yield problem("PGMQ009", r, "transaction control in a function body")
+    for number, text in enumerate(script.text.splitlines(), 1):
+        bad = next((ch for ch in text if not ch.isascii()), None)
+        if bad is not None:
+            yield Problem("PGMQ009", "script", f"non-ASCII character U+{ord(bad):04X}", number)
+
+
+# ----------------------------------------------------------------------------- PGMQ010
+
+def pgmq010_volatility(script: Script) -> Iterator[Problem]:
+    """Every function (procedures have none) says IMMUTABLE, STABLE or VOLATILE."""
+    for r in script.routines:
+        if not r.node.is_procedure and "volatility" not in r.options:
+            yield problem("PGMQ010", r, "volatility not declared (IMMUTABLE, STABLE or VOLATILE)")
+
+
+RULES = (
+    pgmq002_declared,
+    pgmq003_search_path_and_security,
+    pgmq004_bodies_compile,
+    pgmq005_dynamic_sql,
+    pgmq006_qualified_relations,
+    pgmq007_no_replace_or_if_not_exists,
+    pgmq008_config_dump,
+    pgmq009_no_transactions_ascii,
+    pgmq010_volatility,
+)
