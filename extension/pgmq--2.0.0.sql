@@ -252,15 +252,47 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
-    v_atable text := pgmq.format_table_name(queue_name, 'a');
+    v_qtable      text := pgmq.format_table_name(queue_name, 'q');
+    v_atable      text := pgmq.format_table_name(queue_name, 'a');
+    v_partitioned boolean;
+    v_partman     text;
+    v_template    text;
 BEGIN
     PERFORM pgmq.acquire_queue_lock(queue_name);
+
+    SELECT m.is_partitioned INTO v_partitioned
+    FROM pgmq.meta m
+    WHERE m.queue_name = drop_queue.queue_name;
 
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
         DELETE FROM pgmq.meta m WHERE m.queue_name = drop_queue.queue_name;
         RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
         RETURN false;
+    END IF;
+
+    -- pg_partman keeps one part_config row (and a template table) per partitioned table; left
+    -- behind, they would break its maintenance of every other table. An archive converted by
+    -- convert_archive_partitioned is partitioned even when the queue is not.
+    v_partitioned := coalesce(v_partitioned, false) OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.oid = to_regclass(format('pgmq.%I', v_atable)) AND c.relkind = 'p');
+    IF v_partitioned THEN
+        SELECT n.nspname INTO v_partman
+        FROM pg_catalog.pg_extension e
+        JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_partman';
+    END IF;
+    IF v_partman IS NOT NULL THEN
+        FOR v_template IN EXECUTE format(
+            'DELETE FROM %I.part_config WHERE parent_table = ANY ($1) RETURNING template_table', v_partman)
+            USING ARRAY['pgmq.' || v_qtable, 'pgmq.' || v_atable]
+        LOOP
+            -- Only the templates pg_partman made for us: <partman schema>.template_<schema>_<table>.
+            IF starts_with(v_template, v_partman || '.template_pgmq_') THEN
+                EXECUTE format('DROP TABLE IF EXISTS %I.%I', v_partman,
+                               substr(v_template, length(v_partman) + 2));
+            END IF;
+        END LOOP;
     END IF;
 
     -- Queues made by releases before upstream 1.6 were extension members; a member table
@@ -823,18 +855,1397 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON SEQUENCES TO pg_monitor;
 -- ---------------------------------------------------------------- feature: partitioned
 
 -- features/partitioned/functions/partman.sql.j2
+-- _extension_schema: the schema an installed extension lives in; NULL when it is not installed.
+CREATE FUNCTION pgmq._extension_schema(extension_name text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT n.nspname::text
+FROM pg_catalog.pg_extension e
+JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+WHERE e.extname = extension_name
+$fn$;
+COMMENT ON FUNCTION pgmq._extension_schema(extension_name text) IS 'Schema of an installed extension, NULL when it is not installed.';
 
+-- _get_pg_partman_schema: the schema of pg_partman (a plain name, to be quoted with %I).
+CREATE FUNCTION pgmq._get_pg_partman_schema()
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pgmq._extension_schema('pg_partman')
+$fn$;
+
+-- _get_pg_partman_major_version: 4 and 5 differ in create_parent's p_type ('native' / 'range').
+CREATE FUNCTION pgmq._get_pg_partman_major_version()
+RETURNS integer
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pg_catalog.split_part(e.extversion, '.', 1)::integer
+FROM pg_catalog.pg_extension e
+WHERE e.extname = 'pg_partman'
+$fn$;
+
+-- _ensure_pg_partman_installed: partitioned queues need pg_partman 4 or later in this database.
+CREATE FUNCTION pgmq._ensure_pg_partman_installed()
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_major integer;
+BEGIN
+    IF NOT pgmq._extension_exists('pg_partman') THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = 'pg_partman is required for partitioned queues',
+            HINT = 'Install it in this database: CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman;';
+    END IF;
+    v_major := pgmq._get_pg_partman_major_version();
+    IF v_major IS NULL OR v_major < 4 THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = format('pg_partman %s is too old for partitioned queues', v_major),
+            HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+    END IF;
+END;
+$fn$;
+
+-- _get_partition_col: an interval that is an integer partitions by msg_id, anything else
+-- (a time interval such as '1 day') by enqueued_at.
+CREATE FUNCTION pgmq._get_partition_col(partition_interval text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT CASE
+    WHEN partition_interval IS NULL OR pg_catalog.btrim(partition_interval) ~ '^[+-]?[0-9]+$' THEN 'msg_id'
+    ELSE 'enqueued_at'
+END
+$fn$;
 
 -- features/partitioned/functions/create_partitioned.sql.j2
+-- create_partitioned: a queue whose q_ and a_ tables pg_partman partitions. Idempotent: a
+-- repeated call creates nothing and re-applies the retention and premake settings.
+CREATE FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text DEFAULT '10000', retention_interval text DEFAULT '100000', premake integer DEFAULT 4)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable     text := pgmq.format_table_name(queue_name, 'q');
+    v_atable     text := pgmq.format_table_name(queue_name, 'a');
+    v_qparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'q');
+    v_aparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'a');
+    v_col        text;
+    v_acol       text;
+    v_interval   interval;
+    v_partman    text;
+    v_type       text;
+    v_configured boolean;
+    v_existing   text;
+    v_keydef     text;
+BEGIN
+    PERFORM pgmq.validate_queue_name(queue_name);
+    IF premake IS NULL OR premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.strpos(queue_name, '.') > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = 'partitioned queue names cannot contain "."',
+            HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
+    v_col := pgmq._get_partition_col(partition_interval);
+    v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
+    IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'partition_interval cannot be NULL or empty';
+    END IF;
+    IF v_col = 'msg_id' THEN
+        IF partition_interval::bigint < 1 THEN
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
+                USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END IF;
+    ELSE
+        BEGIN
+            v_interval := partition_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
+                USING ERRCODE = 'invalid_parameter_value';
+        END;
+        BEGIN
+            v_interval := retention_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
+                USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END;
+    END IF;
 
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
+    v_partman := pgmq._get_pg_partman_schema();
+    v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
+
+    -- Table names are lowercased: "Orders" and "orders" would share one table.
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(create_partitioned.queue_name)
+      AND m.queue_name <> create_partitioned.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+            MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
+            HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+
+    -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
+    PERFORM 1
+    FROM pg_catalog.pg_class c
+    WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
+      AND c.relkind <> 'p';
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('queue "%s" already exists and is not partitioned', queue_name),
+            HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+    END IF;
+    SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue "%s" is already partitioned by %s, not by %s', queue_name, v_keydef, v_col);
+    END IF;
+
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        ) PARTITION BY RANGE (%I)$q$,
+        v_qtable, v_col);
+    -- Indexes on the parent are created on every partition, present and future.
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
+                   v_qtable || '_part_idx', v_qtable, v_col);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                   v_qtable || '_vt_idx', v_qtable);
+    IF v_col <> 'msg_id' THEN
+        -- delete/archive/set_vt find messages by msg_id: without a key, index it.
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
+                       v_qtable || '_msg_id_idx', v_qtable);
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_qparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_qparent, v_col, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_qparent, pg_catalog.btrim(retention_interval), true, v_col <> 'msg_id', premake;
+
+    -- The archive: same columns plus archived_at, msg_id NOT NULL without a key.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT NOT NULL,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        ) PARTITION BY RANGE (%I)$q$,
+        v_atable, v_acol);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+    IF v_acol = 'msg_id' THEN
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
+                       v_atable || '_part_idx', v_atable);
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_aparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_aparent, v_acol, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_aparent, pg_catalog.btrim(retention_interval), true, v_acol <> 'msg_id', premake;
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, true, false)
+    ON CONFLICT DO NOTHING;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
+
+-- convert_archive_partitioned: replaces a plain archive a_<q> by a partitioned one. The old
+-- table is kept, renamed a_<q>_old, with its rows (they are not copied).
+CREATE FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_atable     text := pgmq.format_table_name(table_name, 'a');
+    v_old        text := pgmq.format_table_name(table_name, 'a') || '_old';
+    v_aparent    text := 'pgmq.' || pgmq.format_table_name(table_name, 'a');
+    v_qtable     text := pgmq.format_table_name(table_name, 'q');
+    v_col        text;
+    v_acol       text;
+    v_interval   interval;
+    v_kind       "char";
+    v_partman    text;
+    v_type       text;
+    v_configured boolean;
+    v_start      text;
+BEGIN
+    v_col := pgmq._get_partition_col(partition_interval);
+    v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
+    IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'partition_interval cannot be NULL or empty';
+    END IF;
+    IF v_col = 'msg_id' THEN
+        IF partition_interval::bigint < 1 THEN
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
+                USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END IF;
+    ELSE
+        BEGIN
+            v_interval := partition_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
+                USING ERRCODE = 'invalid_parameter_value';
+        END;
+        BEGIN
+            v_interval := retention_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
+                USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END;
+    END IF;
+
+    PERFORM pgmq.acquire_queue_lock(table_name);
+    SELECT c.relkind INTO v_kind
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_atable));
+    IF v_kind = 'p' THEN
+        RAISE NOTICE 'table pgmq.% is already partitioned', v_atable;
+        RETURN;
+    ELSIF v_kind IS NULL THEN
+        RAISE NOTICE 'table pgmq.% does not exist', v_atable;
+        RETURN;
+    END IF;
+    IF pg_catalog.strpos(table_name, '.') > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = 'partitioned queue names cannot contain "."',
+            HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
+    PERFORM pgmq._ensure_pg_partman_installed();
+    v_partman := pgmq._get_pg_partman_schema();
+    v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
+
+    EXECUTE format('ALTER TABLE pgmq.%I RENAME TO %I', v_atable, v_old);
+    -- Free the index names the new table uses (the key index renames its constraint too).
+    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I', v_atable || '_pkey', v_old || '_pkey');
+    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I',
+                   'archived_at_idx_' || table_name, 'archived_at_idx_' || table_name || '_old');
+
+    EXECUTE format(
+        $q$CREATE TABLE pgmq.%I (LIKE pgmq.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+               INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMMENTS)
+           PARTITION BY RANGE (%I)$q$,
+        v_atable, v_old, v_acol);
+    IF v_acol = 'msg_id' THEN
+        -- A key must contain the partition column: possible for msg_id only.
+        EXECUTE format('ALTER TABLE pgmq.%I ADD CONSTRAINT %I PRIMARY KEY (msg_id)',
+                       v_atable, v_atable || '_pkey');
+        -- Archived ids come from the queue's sequence: start the partitions where it is now,
+        -- not at 0, or every new archive row would land in the default partition.
+        IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+            v_start := pg_catalog.pg_sequence_last_value(
+                pg_catalog.pg_get_serial_sequence(format('pgmq.%I', v_qtable), 'msg_id')::regclass)::text;
+        END IF;
+    END IF;
+    EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || table_name, v_atable);
+
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_aparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_aparent, v_acol, v_type, pg_catalog.btrim(partition_interval), 4, v_start;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_aparent, pg_catalog.btrim(retention_interval), false, true, 4;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer) IS 'Replace the plain archive of queue table_name by a pg_partman-partitioned one; the old archive is renamed a_<queue>_old and keeps its rows. NOTICE and nothing else when the archive is missing or already partitioned. leading_partition is accepted for compatibility and unused (as upstream).';
+
+-- run_partition_maintenance: pg_partman's maintenance for one queue or all partitioned queues.
+CREATE FUNCTION pgmq.run_partition_maintenance(queue_name text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_partman    text;
+    v_queue      text;
+    v_parent     text;
+    v_table      text;
+    v_control    text;
+    v_default    text;
+    v_moved      bigint;
+    v_pending    boolean;
+    v_found      boolean;
+BEGIN
+    IF run_partition_maintenance.queue_name IS NOT NULL THEN
+        PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = run_partition_maintenance.queue_name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', run_partition_maintenance.queue_name);
+        END IF;
+        PERFORM pgmq._ensure_pg_partman_installed();
+    ELSIF NOT pgmq._extension_exists('pg_partman') THEN
+        RETURN;  -- no pg_partman, so no partitioned queue: nothing to do
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+
+    FOR v_queue IN
+        SELECT m.queue_name FROM pgmq.meta m
+        WHERE run_partition_maintenance.queue_name IS NULL
+           OR m.queue_name = run_partition_maintenance.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        -- Serialise with drop_queue and create_partitioned of this queue.
+        PERFORM pgmq.acquire_queue_lock(v_queue);
+        v_found := false;
+        FOREACH v_table IN ARRAY ARRAY[pgmq.format_table_name(v_queue, 'q'),
+                                       pgmq.format_table_name(v_queue, 'a')]
+        LOOP
+            v_parent := 'pgmq.' || v_table;
+            v_control := NULL;
+            EXECUTE format('SELECT control FROM %I.part_config WHERE parent_table = $1', v_partman)
+            INTO v_control
+            USING v_parent;
+            CONTINUE WHEN v_control IS NULL OR to_regclass(format('pgmq.%I', v_table)) IS NULL;
+            v_found := true;
+
+            -- Rows in the default partition block the creation of the partitions they belong
+            -- to; move them into real partitions (created as needed) first.
+            SELECT c.relname INTO v_default
+            FROM pg_catalog.pg_inherits i
+            JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = to_regclass(format('pgmq.%I', v_table))
+              AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT';
+            IF FOUND THEN
+                LOOP
+                    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_default) INTO v_pending;
+                    EXIT WHEN NOT v_pending;
+                    -- pg_partman stages the rows in this temporary table, shaped like the first
+                    -- table it served in the transaction: start afresh for each table.
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXECUTE format('SELECT %I.%I(p_parent_table := $1, p_batch_count := $2, p_analyze := false)',
+                                   v_partman,
+                                   CASE WHEN v_control = 'msg_id' THEN 'partition_data_id' ELSE 'partition_data_time' END)
+                    INTO v_moved
+                    USING v_parent, 10;
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXIT WHEN v_moved IS NULL OR v_moved <= 0;
+                END LOOP;
+            END IF;
+
+            EXECUTE format('SELECT %I.run_maintenance(p_parent_table := $1)', v_partman) USING v_parent;
+        END LOOP;
+        IF run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN
+            RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+                MESSAGE = format('queue "%s" is not partitioned', v_queue);
+        END IF;
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
 
 -- ---------------------------------------------------------------- feature: fifo
 
 -- features/fifo/functions/fifo_index.sql.j2
+-- _create_fifo_index_if_not_exists: the btree index on (group key, msg_id) behind the grouped
+-- reads. It gives each group's messages in msg_id order: group heads by skip scan, and a
+-- group's next messages without reading the rest of the queue.
+CREATE FUNCTION pgmq._create_fifo_index_if_not_exists(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    EXECUTE format(
+        $q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((COALESCE(headers ->> 'x-pgmq-group', '_default_fifo_group')), msg_id)$q$,
+        v_qtable || '_fifo_idx', v_qtable);
+END;
+$fn$;
 
+-- create_fifo_index: builds the FIFO index of one queue; replaces an index of that name that is
+-- not the FIFO btree (upstream's GIN on headers). Idempotent.
+CREATE FUNCTION pgmq.create_fifo_index(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
+    v_index  regclass := to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx'));
+BEGIN
+    IF v_index IS NOT NULL AND NOT EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    ) THEN
+        RAISE NOTICE 'replacing index % of queue %, which is not the FIFO btree index', v_index, queue_name;
+        EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
+    END IF;
+    PERFORM pgmq._create_fifo_index_if_not_exists(queue_name);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_fifo_index(queue_name text) IS 'Create the index that makes grouped (FIFO) reads fast (idempotent).';
+
+-- create_fifo_indexes_all: create_fifo_index for every queue in the registry.
+CREATE FUNCTION pgmq.create_fifo_indexes_all()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m ORDER BY m.queue_name LOOP
+        PERFORM pgmq.create_fifo_index(v_queue);
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue (idempotent).';
 
 -- features/fifo/functions/read_grouped.sql.j2
+-- read_grouped: SQS FIFO batches; leases messages of the oldest group with nothing in flight.
+CREATE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
 
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), 64 * qty::bigint, qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- only the scan counts; count as many as the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+-- read_grouped_with_poll: read_grouped, waiting up to max_poll_seconds for a message.
+CREATE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped, waiting up to max_poll_seconds for a message.';
+
+-- read_grouped_rr: layered round robin across FIFO groups whose head is visible.
+CREATE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), 64 * qty::bigint, qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+-- read_grouped_rr_with_poll: read_grouped_rr, waiting up to max_poll_seconds for a message.
+CREATE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped_rr(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_rr, waiting up to max_poll_seconds for a message.';
+
+-- read_grouped_head: the visible heads of up to qty FIFO groups, one message per group.
+CREATE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), 64 * qty::bigint, qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+-- read_grouped_head_with_poll: read_grouped_head, waiting up to max_poll_seconds for a message.
+CREATE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped_head(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_head, waiting up to max_poll_seconds for a message.';
 
 -- ---------------------------------------------------------------- feature: topics
 
@@ -1239,6 +2650,7 @@ BEGIN
     RETURN NULL;
 END;
 $fn$;
+COMMENT ON FUNCTION pgmq.notify_queue_listeners() IS 'Trigger behind enable_notify_insert.';
 
 -- enable_notify_insert: NOTIFY pgmq.q_<queue_name>.INSERT when messages are committed.
 CREATE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)

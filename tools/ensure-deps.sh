@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for the tests, the demo and the benchmarks:
-# PostgreSQL 15 server binaries (Debian packages, when run as root) and the Python packages.
+# PostgreSQL 15 server binaries and pg_partman (Debian packages, when run as root) and the
+# Python packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${BUILD_PY:-python3}
-APT_PACKAGES="postgresql-15 postgresql-client-15"
+APT_PACKAGES="postgresql-15 postgresql-client-15 postgresql-15-partman"
+# pg_partman (partitioned queues; the tests create it per database) ships this control file.
+PARTMAN_CONTROL=/usr/share/postgresql/15/extension/pg_partman.control
 
 have_server() {
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
@@ -14,14 +17,18 @@ have_pgxs() {
     command -v pg_config >/dev/null 2>&1 && [ -f "$(pg_config --pgxs 2>/dev/null)" ]
 }
 
-if ! have_server || ! have_pgxs; then
+have_partman() {
+    [ -f "$PARTMAN_CONTROL" ]
+}
+
+if ! have_server || ! have_pgxs || ! have_partman; then
     if [ "$(id -u)" = 0 ]; then
         echo "ensure-deps: installing $APT_PACKAGES with apt-get"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends $APT_PACKAGES >/dev/null
     else
-        echo "ensure-deps: PostgreSQL 15 is missing; install it: sudo apt-get install $APT_PACKAGES" >&2
+        echo "ensure-deps: PostgreSQL 15 or pg_partman is missing; install them: sudo apt-get install $APT_PACKAGES" >&2
         exit 1
     fi
 fi
