@@ -24,7 +24,7 @@ def test_read_leases_in_order_and_counts(conn, queue):
     assert [d.name for d in cur.description] == COLS
     rows = cur.fetchall()
     assert [r[0] for r in rows] == ids[:3]
-    for msg_id, read_ct, enq, last_read, vt, message, headers in rows:
+    for _id, read_ct, _enq, last_read, vt, _msg, _hdr in rows:
         assert read_ct == 1 and last_read is not None
         assert dt.timedelta(seconds=29) < vt - last_read <= dt.timedelta(seconds=30)
     # leased messages are invisible; the rest come next
