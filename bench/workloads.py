@@ -143,20 +143,29 @@ def pgmq_pop(cur: psycopg.Cursor) -> int:
 
 
 # The raw consumer the issue specifies: claim the oldest visible rows and delete them in one go.
-RAW_CONSUME = (
-    f"DELETE FROM {RAW_TABLE} WHERE msg_id IN ("
-    f"SELECT msg_id FROM {RAW_TABLE} WHERE vt <= clock_timestamp() "
-    "ORDER BY msg_id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING *"
-)
+# The LIMIT is a literal, not a parameter: with `LIMIT $1` psycopg's auto-prepare lets the server
+# switch to a generic plan that hash-joins a sequential scan of the whole table (measured: 17 ms
+# per call at 60k rows instead of 0.6 ms), which would make the baseline unfairly slow and
+# dependent on the prefill size. pgmq's functions plan their dynamic SQL per call, with the value.
+def _raw_consume_sql(limit: int) -> str:
+    return (
+        f"DELETE FROM {RAW_TABLE} WHERE msg_id IN ("
+        f"SELECT msg_id FROM {RAW_TABLE} WHERE vt <= clock_timestamp() "
+        f"ORDER BY msg_id LIMIT {int(limit)} FOR UPDATE SKIP LOCKED) RETURNING *"
+    )
+
+
+RAW_CONSUME_ONE = _raw_consume_sql(1)
+RAW_CONSUME_BATCH = _raw_consume_sql(BATCH)
 
 
 def raw_consume_one(cur: psycopg.Cursor) -> int:
-    cur.execute(RAW_CONSUME, (1,))
+    cur.execute(RAW_CONSUME_ONE)
     return len(cur.fetchall())
 
 
 def raw_consume_batch(cur: psycopg.Cursor) -> int:
-    cur.execute(RAW_CONSUME, (BATCH,))
+    cur.execute(RAW_CONSUME_BATCH)
     return len(cur.fetchall())
 
 
