@@ -166,7 +166,9 @@ BEGIN
                 last_read_at TIMESTAMP WITH TIME ZONE,
                 vt           TIMESTAMP WITH TIME ZONE NOT NULL,
                 message      JSONB,
-                headers      JSONB
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
             )$q$,
             v_qtable);
     ELSE
@@ -178,7 +180,9 @@ BEGIN
                 last_read_at TIMESTAMP WITH TIME ZONE,
                 vt           TIMESTAMP WITH TIME ZONE NOT NULL,
                 message      JSONB,
-                headers      JSONB
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
             )$q$,
             v_qtable);
     END IF;
@@ -196,6 +200,8 @@ BEGIN
         v_atable);
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
                    v_qtable || '_vt_idx', v_qtable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
+                   v_qtable || '_priority_idx', v_qtable);
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || queue_name, v_atable);
 
@@ -396,8 +402,14 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        RETURN NEXT pgmq._send_dedup(queue_name, msg, headers, delay);
+        RETURN;
+    END IF;
     RETURN QUERY EXECUTE format(
-        $q$INSERT INTO pgmq.%I (vt, message, headers) VALUES ($1, $2, $3) RETURNING msg_id$q$,
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
         pgmq.format_table_name(queue_name, 'q'))
     USING delay, msg, headers;
 END;
@@ -407,52 +419,71 @@ COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay t
 -- send(queue_name text, msg jsonb)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
+
 
 -- send(queue_name text, msg jsonb, headers jsonb)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send(queue_name, msg, headers, clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, headers, clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
+
 
 -- send(queue_name text, msg jsonb, delay integer)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
 
 -- send(queue_name text, msg jsonb, delay timestamp with time zone)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, delay)
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, delay);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
+
 
 -- send(queue_name text, msg jsonb, headers jsonb, delay integer)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send(queue_name, msg, headers, pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, headers, pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
 
 -- features/core/functions/send_batch.sql.j2
 -- _validate_batch_params: one message list, and headers that pair with it one to one.
@@ -482,10 +513,18 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- Deduplicated messages go one by one (each may resolve to an earlier message).
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+        RETURN QUERY
+        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord;
+        RETURN;
+    END IF;
     RETURN QUERY EXECUTE format(
         $q$WITH ins AS (
-            INSERT INTO pgmq.%I (vt, message, headers)
-            SELECT $1, t.msg, t.hdr
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
             FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord
             RETURNING msg_id
@@ -514,70 +553,104 @@ COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb
 -- send_batch(queue_name text, msgs jsonb[])
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
 
 -- send_batch(queue_name text, msgs jsonb[], headers jsonb[])
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
 
 -- send_batch(queue_name text, msgs jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
 
 -- send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], delay)
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], delay);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
+
 
 -- send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
 RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
 
 -- features/core/functions/read.sql.j2
--- read: leases up to qty visible messages for vt seconds (lowest msg_id first), counting the
--- read. Rows locked by other readers are skipped, so concurrent readers never share a message.
--- One clock reading ($4) stamps the whole batch, so vt - last_read_at is exactly the lease.
+-- read: leases up to qty visible messages for vt seconds (highest priority, then lowest
+-- msg_id first), counting the read. Rows locked by other readers are skipped, so concurrent
+-- readers never share a message. One clock reading ($4) stamps the whole batch, so
+-- vt - last_read_at is exactly the lease. Messages past their TTL or out of deliveries are
+-- dead-lettered instead of delivered.
 CREATE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_max       integer;
+    v_ttl       integer;
+    v_r         record;
+    v_expired   bigint[] := '{}';
+    v_exhausted bigint[] := '{}';
 BEGIN
-    RETURN QUERY EXECUTE format(
+    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl
+    INTO v_max, v_ttl
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = read.queue_name;
+    FOR v_r IN EXECUTE format(
         $q$WITH picked AS (
-            SELECT msg_id
+            SELECT msg_id,
+                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                            < clock_timestamp(), false) AS expired,
+                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $6), false) AS exhausted
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-            ORDER BY msg_id
+            ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
         ), leased AS (
@@ -586,12 +659,34 @@ BEGIN
                 read_ct = q.read_ct + 1,
                 last_read_at = $4
             FROM picked
-            WHERE q.msg_id = picked.msg_id
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
-        SELECT * FROM leased ORDER BY msg_id$q$,
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+        FROM leased d
+        UNION ALL
+        SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
+               CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
+        FROM picked p
+        WHERE p.expired OR p.exhausted
+        ORDER BY 9, 1$q$,
         pgmq.format_table_name(queue_name, 'q'))
-    USING qty, make_interval(secs => vt), conditional, clock_timestamp();
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max
+    LOOP
+        IF v_r.reason IS NULL THEN
+            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+        ELSIF v_r.reason = 'ttl' THEN
+            v_expired := v_expired || v_r.msg_id;
+        ELSE
+            v_exhausted := v_exhausted || v_r.msg_id;
+        END IF;
+    END LOOP;
+    IF v_expired <> '{}' THEN
+        PERFORM pgmq._dead_letter(queue_name, v_expired, 'ttl');
+    END IF;
+    IF v_exhausted <> '{}' THEN
+        PERFORM pgmq._dead_letter(queue_name, v_exhausted, 'expired');
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -632,24 +727,59 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_max       integer;
+    v_ttl       integer;
+    v_r         record;
+    v_expired   bigint[] := '{}';
+    v_exhausted bigint[] := '{}';
 BEGIN
-    RETURN QUERY EXECUTE format(
+    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl
+    INTO v_max, v_ttl
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = pop.queue_name;
+    FOR v_r IN EXECUTE format(
         $q$WITH picked AS (
-            SELECT msg_id
+            SELECT msg_id,
+                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $2))
+                            < clock_timestamp(), false) AS expired,
+                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $3), false) AS exhausted
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
-            ORDER BY msg_id
+            ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
         ), popped AS (
             DELETE FROM pgmq.%1$I q
             USING picked
-            WHERE q.msg_id = picked.msg_id
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
-        SELECT * FROM popped ORDER BY msg_id$q$,
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+        FROM popped d
+        UNION ALL
+        SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
+               CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
+        FROM picked p
+        WHERE p.expired OR p.exhausted
+        ORDER BY 9, 1$q$,
         pgmq.format_table_name(queue_name, 'q'))
-    USING qty;
+        USING qty, v_ttl, v_max
+    LOOP
+        IF v_r.reason IS NULL THEN
+            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+        ELSIF v_r.reason = 'ttl' THEN
+            v_expired := v_expired || v_r.msg_id;
+        ELSE
+            v_exhausted := v_exhausted || v_r.msg_id;
+        END IF;
+    END LOOP;
+    IF v_expired <> '{}' THEN
+        PERFORM pgmq._dead_letter(queue_name, v_expired, 'ttl');
+    END IF;
+    IF v_exhausted <> '{}' THEN
+        PERFORM pgmq._dead_letter(queue_name, v_exhausted, 'expired');
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -755,32 +885,43 @@ COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp 
 -- set_vt(queue_name text, msg_ids bigint[], vt integer)
 CREATE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer)
 RETURNS SETOF pgmq.message_record
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt integer) IS 'Overload of set_vt(); see its main form.';
+
 
 -- set_vt(queue_name text, msg_id bigint, vt timestamp with time zone)
 CREATE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamp with time zone)
 RETURNS SETOF pgmq.message_record
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], vt)
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], vt);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt timestamp with time zone) IS 'Overload of set_vt(); see its main form.';
+
 
 -- set_vt(queue_name text, msg_id bigint, vt integer)
 CREATE FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
 RETURNS SETOF pgmq.message_record
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer) IS 'Overload of set_vt(); see its main form.';
 
 -- features/core/functions/metrics.sql.j2
 -- metrics: one scan of the queue table. total_messages comes from the msg_id sequence (the
@@ -851,6 +992,523 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pgmq TO pg_monitor;
 GRANT SELECT ON ALL SEQUENCES IN SCHEMA pgmq TO pg_monitor;
 ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON TABLES TO pg_monitor;
 ALTER DEFAULT PRIVILEGES IN SCHEMA pgmq GRANT SELECT ON SEQUENCES TO pg_monitor;
+
+-- ---------------------------------------------------------------- feature: delivery
+
+-- features/delivery/tables.sql.j2
+-- Per-queue delivery settings; a queue without a row behaves exactly like upstream PGMQ.
+-- retry_policy says whether set_retry_policy is in force (max_retries NULL = unlimited).
+CREATE TABLE pgmq.queue_settings (
+    queue_name        VARCHAR PRIMARY KEY
+        CONSTRAINT queue_settings_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    retry_policy      BOOLEAN NOT NULL DEFAULT false,
+    max_retries       INTEGER CHECK (max_retries >= 0),
+    retry_delay       INTEGER NOT NULL DEFAULT 0 CHECK (retry_delay >= 0),
+    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1),
+    max_retry_delay   INTEGER CHECK (max_retry_delay >= 0),
+    -- A dropped dead-letter queue falls back to the archive: nothing is lost.
+    dead_letter_queue VARCHAR
+        CONSTRAINT queue_settings_dlq_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE SET NULL,
+    dedup_window      INTEGER NOT NULL DEFAULT 300 CHECK (dedup_window > 0),
+    message_ttl       INTEGER CHECK (message_ttl > 0)
+);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
+
+
+-- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at.
+CREATE TABLE pgmq.dedup_keys (
+    queue_name VARCHAR NOT NULL
+        CONSTRAINT dedup_keys_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    dedup_id   TEXT NOT NULL,
+    msg_id     BIGINT,
+    expires_at TIMESTAMP WITH TIME ZONE NOT NULL,
+    PRIMARY KEY (queue_name, dedup_id)
+);
+CREATE INDEX dedup_keys_expires_at_idx ON pgmq.dedup_keys (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.dedup_keys', '');
+
+-- features/delivery/functions/policy.sql.j2
+-- set_retry_policy: how often a message may be delivered, how long to wait between attempts,
+-- and where exhausted messages go (NULL: the queue's archive).
+CREATE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
+    END IF;
+    IF max_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
+    END IF;
+    IF retry_delay IS NULL OR retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retry_delay must be a non-negative number of seconds';
+    END IF;
+    IF backoff_factor IS NULL OR backoff_factor < 1 OR backoff_factor = 'NaN'::float8 OR backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'backoff_factor must be a finite number >= 1';
+    END IF;
+    IF max_retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
+    END IF;
+    IF dead_letter_queue IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
+        END IF;
+        IF dead_letter_queue = queue_name THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'a queue cannot be its own dead-letter queue';
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s
+        (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    ON CONFLICT (queue_name) DO UPDATE
+        SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
+            backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
+            dead_letter_queue = EXCLUDED.dead_letter_queue;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
+
+-- remove_retry_policy: back to upstream behaviour (other settings stay).
+CREATE FUNCTION pgmq.remove_retry_policy(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
+    END IF;
+    UPDATE pgmq.queue_settings s
+    SET retry_policy = false, max_retries = NULL, retry_delay = 0, backoff_factor = 1,
+        max_retry_delay = NULL, dead_letter_queue = NULL
+    WHERE s.queue_name = remove_retry_policy.queue_name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.remove_retry_policy(queue_name text) IS 'Remove a queue''s retry policy: it behaves like upstream PGMQ again.';
+
+-- set_dedup_window: how long an x-pgmq-dedup-id is remembered (default 300 seconds).
+CREATE FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
+    END IF;
+    IF seconds IS NULL OR seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
+    ON CONFLICT (queue_name) DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
+
+-- set_message_ttl: default lifetime of the queue's messages (NULL: forever); x-pgmq-ttl wins.
+CREATE FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
+    END IF;
+    IF seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
+    ON CONFLICT (queue_name) DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
+
+-- list_queue_settings: every queue with its delivery settings (defaults where none are set).
+CREATE FUNCTION pgmq.list_queue_settings()
+RETURNS TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT m.queue_name, coalesce(s.retry_policy, false), s.max_retries, coalesce(s.retry_delay, 0),
+       coalesce(s.backoff_factor, 1), s.max_retry_delay, s.dead_letter_queue,
+       coalesce(s.dedup_window, 300), s.message_ttl
+FROM pgmq.meta m
+LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+ORDER BY m.queue_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
+
+-- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far).
+CREATE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
+             coalesce(max_retry_delay, 2147483647), 2147483647)::integer
+$fn$;
+
+-- features/delivery/functions/dead_letter.sql.j2
+-- _dead_letter: moves messages to the queue's dead-letter queue, or to its archive when it has
+-- none, adding the x-pgmq-dead-letter header record. One statement: a message is always in
+-- exactly one table. Returns how many moved.
+CREATE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq   text;
+    v_count bigint;
+BEGIN
+    SELECT s.dead_letter_queue INTO v_dlq
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+
+    IF v_dlq IS NOT NULL THEN
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT clock_timestamp(), d.message, coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                'time', clock_timestamp())),
+                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+            FROM d ORDER BY d.msg_id$q$,
+            pgmq.format_table_name(queue_name, 'q'), pgmq.format_table_name(v_dlq, 'q'))
+        USING msg_ids, queue_name, reason, error;
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp()))
+            FROM d$q$,
+            pgmq.format_table_name(queue_name, 'q'), pgmq.format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+    END IF;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+-- redrive: moves dead letters back for another try, oldest first, with attempts reset.
+CREATE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text := pgmq.format_table_name(dead_letter_queue, 'q');
+    v_target text;
+    v_left   bigint := max_messages;
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF target_queue IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pgmq.meta m WHERE m.queue_name = redrive.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', target_queue);
+    END IF;
+    -- One pass per destination queue, oldest first within each.
+    FOR v_target IN EXECUTE format(
+            $q$SELECT DISTINCT coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue')
+               FROM pgmq.%I
+               WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') IN
+                     (SELECT m.queue_name FROM pgmq.meta m)$q$, v_dlq)
+            USING target_queue
+    LOOP
+        EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
+        EXECUTE format(
+            $q$WITH picked AS (
+                SELECT msg_id FROM pgmq.%1$I
+                WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') = $2
+                ORDER BY msg_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
+                RETURNING d.msg_id, d.message, d.headers
+            )
+            INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+            SELECT clock_timestamp(), message,
+                   nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
+                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+            FROM moved ORDER BY msg_id$q$,
+            v_dlq, pgmq.format_table_name(v_target, 'q'))
+        USING target_queue, v_target, v_left;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        v_left := v_left - v_count;
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
+
+-- features/delivery/functions/nack.sql.j2
+-- nack: the consumer failed this delivery. The message comes back after the policy's delay
+-- (at once without a policy), or is dead-lettered when its deliveries are used up.
+CREATE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable   text := pgmq.format_table_name(queue_name, 'q');
+    v_read_ct  integer;
+    v_headers  jsonb;
+    v_policy   pgmq.queue_settings;
+    v_limit    integer;
+    v_attempts integer;
+BEGIN
+    EXECUTE format('SELECT read_ct, headers FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', v_qtable)
+    INTO v_read_ct, v_headers
+    USING msg_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE s.queue_name = nack.queue_name AND s.retry_policy;
+
+    -- A nack of a message nobody read still counts as one failed attempt.
+    v_attempts := greatest(v_read_ct, 1);
+    v_limit := coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries);
+    IF v_limit IS NOT NULL AND v_attempts >= 1 + v_limit THEN
+        EXECUTE format('UPDATE pgmq.%I SET read_ct = $2 WHERE msg_id = $1', v_qtable)
+        USING msg_id, v_attempts;
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], 'nack', error);
+        RETURN true;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE WHEN $4::text IS NULL THEN headers
+                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, v_attempts,
+          pgmq._retry_delay(v_attempts,
+                                    coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                                    v_policy.backoff_factor, v_policy.max_retry_delay),
+          error;
+    RETURN true;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay, or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+-- checkpoint: save progress on an in-flight message: new payload, a longer lease, and
+-- optionally more retries (sqlxmq's checkpoint).
+CREATE FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_max integer;
+BEGIN
+    IF vt IS NULL OR vt < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'vt must be a non-negative number of seconds';
+    END IF;
+    IF extra_retries IS NULL OR extra_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'extra_retries cannot be negative';
+    END IF;
+    SELECT s.max_retries INTO v_max FROM pgmq.queue_settings s
+    WHERE s.queue_name = checkpoint.queue_name AND s.retry_policy;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET message = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE
+                   WHEN $4 = 0 OR coalesce((headers->>'x-pgmq-max-retries')::integer, $5) IS NULL THEN headers
+                   ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
+                        coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
+           WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
+        pgmq.format_table_name(queue_name, 'q'))
+    USING msg_id, msg, vt, extra_retries, v_max;
+    RETURN FOUND;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer) IS 'Replace the payload of an in-flight (leased) message, extend its lease to vt seconds from now and allow extra_retries more deliveries. False when the message is not in flight.';
+
+-- features/delivery/functions/dedup.sql.j2
+-- _send_dedup: send unless a message with the same x-pgmq-dedup-id was sent to this queue
+-- within its dedup window; then return that message's id and add nothing. Concurrent senders
+-- of one id serialise on the key's unique index, so exactly one message results.
+CREATE FUNCTION pgmq._send_dedup(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key    text := headers->>'x-pgmq-dedup-id';
+    v_window integer;
+    v_id     bigint;
+    v_claimed boolean;
+BEGIN
+    SELECT s.dedup_window INTO v_window FROM pgmq.queue_settings s
+    WHERE s.queue_name = _send_dedup.queue_name;
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
+    ON CONFLICT (queue_name, dedup_id) DO UPDATE
+        SET msg_id = NULL, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING true INTO v_claimed;
+    IF v_claimed IS NULL THEN
+        SELECT k.msg_id INTO v_id FROM pgmq.dedup_keys k
+        WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+        RETURN v_id;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq.format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING delay, msg, headers;
+    UPDATE pgmq.dedup_keys k SET msg_id = v_id
+    WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+    RETURN v_id;
+END;
+$fn$;
+
+-- features/delivery/functions/reserve.sql.j2
+-- send_reserved: a message that stays invisible until confirmed (sqlxmq's commit interval).
+-- It waits with vt = infinity, so no read path ever sees it; unconfirmed past confirm_within
+-- seconds it can no longer be confirmed and expire_messages() removes it.
+CREATE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq.format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+-- confirm: make reserved messages deliverable now; returns how many were confirmed in time.
+CREATE FUNCTION pgmq.confirm(queue_name text, msg_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET vt = clock_timestamp(), headers = nullif(headers - 'x-pgmq-confirm-by', '{}'::jsonb)
+           WHERE msg_id = ANY($1)
+             AND vt = 'infinity'
+             AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
+        pgmq.format_table_name(queue_name, 'q'))
+    USING msg_ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.confirm(queue_name text, msg_ids bigint[]) IS 'Confirm reserved messages (send_reserved) so they are delivered; returns how many were still confirmable.';
+
+-- features/delivery/functions/expire.sql.j2
+-- expire_messages: housekeeping that reads also do as they go: dead-letters messages past their
+-- TTL (reason ttl), deletes reservations nobody confirmed in time, forgets expired dedup keys.
+CREATE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1)) < clock_timestamp()
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq.format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+            pgmq.format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
 
 -- ---------------------------------------------------------------- feature: partitioned
 
@@ -1036,7 +1694,9 @@ BEGIN
             last_read_at TIMESTAMP WITH TIME ZONE,
             vt           TIMESTAMP WITH TIME ZONE NOT NULL,
             message      JSONB,
-            headers      JSONB
+            headers      JSONB,
+            -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+            priority     INTEGER DEFAULT 0 NOT NULL
         ) PARTITION BY RANGE (%I)$q$,
         v_qtable, v_col);
     -- Indexes on the parent are created on every partition, present and future.
@@ -1044,6 +1704,8 @@ BEGIN
                    v_qtable || '_part_idx', v_qtable, v_col);
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
                    v_qtable || '_vt_idx', v_qtable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
+                   v_qtable || '_priority_idx', v_qtable);
     IF v_col <> 'msg_id' THEN
         -- delete/archive/set_vt find messages by msg_id: without a key, index it.
         EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
@@ -1556,7 +2218,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -1619,7 +2281,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -1834,7 +2496,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -1895,7 +2557,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2110,7 +2772,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2171,7 +2833,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    SELECT member.*, member.visible AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2495,32 +3157,44 @@ COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, 
 -- send_topic(routing_key text, msg jsonb)
 CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT pgmq.send_topic(routing_key, msg, NULL::jsonb, 0)
+BEGIN
+    RETURN pgmq.send_topic(routing_key, msg, NULL::jsonb, 0);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb) IS 'Overload of send_topic(); see its main form.';
+
 
 -- send_topic(routing_key text, msg jsonb, delay integer)
 CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, delay integer)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT pgmq.send_topic(routing_key, msg, NULL::jsonb, delay)
+BEGIN
+    RETURN pgmq.send_topic(routing_key, msg, NULL::jsonb, delay);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, delay integer) IS 'Overload of send_topic(); see its main form.';
+
 
 -- send_topic(routing_key text, msg jsonb, headers jsonb)
 CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT pgmq.send_topic(routing_key, msg, headers, 0)
+BEGIN
+    RETURN pgmq.send_topic(routing_key, msg, headers, 0);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb) IS 'Overload of send_topic(); see its main form.';
+
 
 -- send_batch_topic: the batch into every matching queue; returns each (queue, msg_id).
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
@@ -2550,52 +3224,71 @@ COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], header
 -- send_batch_topic(routing_key text, msgs jsonb[])
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[])
 RETURNS TABLE(queue_name text, msg_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[]) IS 'Overload of send_batch_topic(); see its main form.';
+
 
 -- send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[])
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[])
 RETURNS TABLE(queue_name text, msg_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, clock_timestamp())
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, clock_timestamp());
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch_topic(); see its main form.';
+
 
 -- send_batch_topic(routing_key text, msgs jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay integer)
 RETURNS TABLE(queue_name text, msg_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay integer) IS 'Overload of send_batch_topic(); see its main form.';
+
 
 -- send_batch_topic(routing_key text, msgs jsonb[], delay timestamp with time zone)
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay timestamp with time zone)
 RETURNS TABLE(queue_name text, msg_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], delay)
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, NULL::jsonb[], delay);
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch_topic(); see its main form.';
+
 
 -- send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay integer)
 RETURNS TABLE(queue_name text, msg_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, pgmq._delay_to_vt(delay))
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.send_batch_topic(routing_key, msgs, headers, pgmq._delay_to_vt(delay));
+END;
 $fn$;
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch_topic(); see its main form.';
 
 -- ---------------------------------------------------------------- feature: notify
 
@@ -2799,3 +3492,318 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-message msg_id notifications for a queue.';
+
+-- ---------------------------------------------------------------- feature: pgpro
+
+-- features/pgpro/functions/queues.sql.j2
+-- queue_initialize: pgpro_queue's set-up call. pgmq needs none; kept so scripts run unchanged.
+CREATE FUNCTION pgmq.queue_initialize()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE NOTICE 'pgmq needs no initialization; queues live in schema pgmq';
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.queue_initialize() IS 'pgpro_queue compatibility: nothing to set up in pgmq; idempotent.';
+
+-- queue_deinitialize: pgpro_queue's tear-down: drops every queue. Superuser only, as there.
+CREATE FUNCTION pgmq.queue_deinitialize()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'queue_deinitialize requires superuser';
+    END IF;
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m ORDER BY m.queue_name LOOP
+        PERFORM pgmq.drop_queue(v_queue);
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.queue_deinitialize() IS 'pgpro_queue compatibility: drop every queue (superuser only); idempotent.';
+
+-- create_queue: a queue whose messages are retried on rollback (queue_retries times,
+-- queue_retry_delay seconds apart) and then moved to queue_dlq (or the archive).
+CREATE PROCEDURE pgmq.create_queue(queue_name name, queue_type character DEFAULT 'N'::bpchar, queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, queue_retry_delay integer DEFAULT 30)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name !~ '^[A-Za-z0-9_]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = format('invalid queue name "%s": use letters, digits and underscores', queue_name);
+    END IF;
+    IF queue_type IS NULL OR queue_type NOT IN ('N', 'D') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue_type must be ''N'' (normal) or ''D'' (dead letter), got %s', coalesce(queue_type::text, 'NULL'));
+    END IF;
+    PERFORM pgmq.create(queue_name::text);
+    PERFORM pgmq.set_retry_policy(queue_name::text, queue_retries, coalesce(queue_retry_delay, 0),
+                                          1, NULL, queue_dlq::text);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.create_queue(queue_name name, queue_type character, queue_dlq name, queue_retries integer, queue_retry_delay integer) IS 'pgpro_queue compatibility: create a queue with a retry policy (and a dead-letter queue).';
+
+-- alter_queue: change the retry settings (NULL keeps a value).
+CREATE PROCEDURE pgmq.alter_queue(queue_name name, new_type character DEFAULT NULL::bpchar, new_dlq name DEFAULT NULL::name, new_retries integer DEFAULT NULL::integer, new_retrydelay integer DEFAULT NULL::integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_s pgmq.queue_settings;
+BEGIN
+    IF new_type IS NOT NULL AND new_type NOT IN ('N', 'D') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('new_type must be ''N'' or ''D'', got %s', new_type);
+    END IF;
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = alter_queue.queue_name::text;
+    PERFORM pgmq.set_retry_policy(
+        queue_name::text,
+        CASE WHEN new_retries IS NOT NULL THEN new_retries
+             WHEN v_s.retry_policy THEN v_s.max_retries ELSE 10 END,
+        coalesce(new_retrydelay, CASE WHEN v_s.retry_policy THEN v_s.retry_delay END, 30),
+        coalesce(v_s.backoff_factor, 1), v_s.max_retry_delay,
+        coalesce(new_dlq::text, v_s.dead_letter_queue));
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.alter_queue(queue_name name, new_type character, new_dlq name, new_retries integer, new_retrydelay integer) IS 'pgpro_queue compatibility: change a queue''s retries, retry delay or dead-letter queue.';
+
+-- drop_queue (procedure): pgpro_queue's form of pgmq.drop_queue(text).
+CREATE PROCEDURE pgmq.drop_queue(queue_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pgmq.drop_queue(queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.drop_queue(queue_name name) IS 'pgpro_queue compatibility: drop a queue (bindings and callback go with it).';
+
+-- get_queue_table: the table that stores a queue.
+CREATE FUNCTION pgmq.get_queue_table(queue_name name)
+RETURNS oid
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_oid oid := to_regclass(format('pgmq.%I', pgmq.format_table_name(queue_name::text, 'q')));
+BEGIN
+    IF v_oid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    RETURN v_oid;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compatibility: OID of the table that stores the queue''s messages.';
+
+-- features/pgpro/functions/messages.sql.j2
+-- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
+-- 'in progress', NULL when too old to know). The epoch comes from the current snapshot.
+CREATE FUNCTION pgmq._xid_status(xid32 bigint)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_next bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+    v_full bigint;
+BEGIN
+    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
+        RETURN 'committed';
+    END IF;
+    v_full := (v_next & ~4294967295::bigint) | xid32;
+    IF v_full >= v_next THEN
+        v_full := v_full - 4294967296;
+    END IF;
+    IF v_full < 3 THEN
+        RETURN NULL;
+    END IF;
+    RETURN pg_xact_status(v_full::text::xid8);
+END;
+$fn$;
+
+-- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): deletes and returns
+-- the first eligible message (priority, then msg_id); the delete commits or rolls back with the
+-- caller's transaction, so a rolled-back reader gives the message back.
+--
+-- Retry on rollback, with no daemon: a visible row whose xmax is an aborted transaction was
+-- taken by a reader that rolled back (ROLLBACK, ROLLBACK TO SAVEPOINT, a killed backend or a
+-- crash). When the queue (or the message) has a retry policy, the next reader records that
+-- attempt (read_ct + 1, vt = now + the policy's delay) or dead-letters the message when its
+-- attempts are used up, and does not hand that message out in the same transaction: if it did
+-- and rolled back too, the recorded attempt would vanish with it. A message recorded by this
+-- transaction (xmin ours, read_ct > 0) is therefore skipped until a later transaction.
+CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_done   bigint[] := '{}';
+    v_row    record;
+    v_limit  integer;
+    v_result pgmq.message_record;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _take_message.queue_name;
+    LOOP
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, headers, xmax::text::bigint AS xmax32,
+                      enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                          < clock_timestamp() AS expired
+               FROM pgmq.%I
+               WHERE vt <= clock_timestamp()
+                 AND ($1::bigint IS NULL OR msg_id = $1)
+                 AND msg_id <> ALL ($2)
+                 AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                          'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                 AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                 AND NOT (read_ct > 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress')
+               ORDER BY priority, msg_id
+               LIMIT 1
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl;
+        IF v_row.msg_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_done := v_done || v_row.msg_id;
+        v_limit := coalesce((v_row.headers->>'x-pgmq-max-retries')::integer,
+                            CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END);
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+
+        IF v_row.xmax32 <> 0
+           AND (v_policy.retry_policy OR v_row.headers ? 'x-pgmq-max-retries' OR v_row.headers ? 'x-pgmq-retry-delay')
+           AND pgmq._xid_status(v_row.xmax32) = 'aborted' THEN
+            IF v_limit IS NOT NULL AND v_row.read_ct + 1 >= 1 + v_limit THEN
+                EXECUTE format('UPDATE pgmq.%I SET read_ct = read_ct + 1 WHERE msg_id = $1', v_qtable)
+                USING v_row.msg_id;
+                PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'rollback');
+            ELSE
+                EXECUTE format(
+                    $q$UPDATE pgmq.%I
+                       SET read_ct = read_ct + 1, last_read_at = clock_timestamp(),
+                           vt = clock_timestamp() + make_interval(secs => $2)
+                       WHERE msg_id = $1$q$, v_qtable)
+                USING v_row.msg_id,
+                      pgmq._retry_delay(v_row.read_ct + 1,
+                          coalesce((v_row.headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay);
+            END IF;
+            CONTINUE;
+        END IF;
+
+        IF v_limit IS NOT NULL AND v_row.read_ct >= 1 + v_limit THEN  -- used up by expired leases
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I WHERE msg_id = $1
+               RETURNING msg_id, read_ct + 1, enqueued_at, clock_timestamp(), vt, message, headers$q$, v_qtable)
+        INTO v_result
+        USING v_row.msg_id;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+-- insert_message: pgpro_queue's send. Priority and retry overrides travel in the headers
+-- (x-pgmq-priority, x-pgmq-max-retries, x-pgmq-retry-delay), next to q_msg_properties.
+CREATE PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    PERFORM pgmq.send(
+        q_name::text, q_msg_body,
+        coalesce(q_msg_properties, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
+            'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+            'x-pgmq-max-retries', q_msg_retries,
+            'x-pgmq-retry-delay', q_msg_retrydelay)),
+        coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: send a message with priority (lower first), properties, retry overrides and delayed visibility.';
+
+-- read_message: take the next message (see _take_message); NULL when none is eligible.
+CREATE FUNCTION pgmq.read_message(q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL)).message;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb) IS 'pgpro_queue compatibility: remove and return the next message when the transaction commits (it comes back, with retry counting, if it rolls back). q_msg_hfilter is matched by jsonb containment against {msg_id, priority, read_ct, enqueued_at}; q_msg_pfilter against the message''s headers (its properties). NULL when nothing is eligible.';
+
+-- read_message_by_id: take one given message, if it is eligible.
+CREATE FUNCTION pgmq.read_message_by_id(q_name name, msgid bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF msgid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msgid cannot be NULL';
+    END IF;
+    RETURN (pgmq._take_message(q_name::text, NULL, NULL, msgid)).message;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message_by_id(q_name name, msgid bigint) IS 'pgpro_queue compatibility: remove and return one message by id (NULL when it is not eligible).';
+
+-- read_message_any: as read_message, returning the jsonb and the xml payload side.
+CREATE FUNCTION pgmq.read_message_any(q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb, OUT q_jsonb jsonb, OUT q_xml xml)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    q_jsonb := (pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL)).message;
+    q_xml := NULL;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message_any(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb, OUT q_jsonb jsonb, OUT q_xml xml) IS 'pgpro_queue compatibility: read_message returning both payload kinds (q_jsonb, q_xml).';
+
+-- read_message_by_id_any: as read_message_by_id, returning both payload sides.
+CREATE FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    body := pgmq.read_message_by_id(q_name, msgid);
+    body_xml := NULL;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml) IS 'pgpro_queue compatibility: read_message_by_id returning both payload kinds (body, body_xml).';

@@ -29,7 +29,10 @@ def main() -> None:
 def generate(out: Path | None) -> None:
     """Render templates/ into extension/ (control file, install and standalone scripts)."""
     outdir = out or extension_dir()
-    written = render.write_outputs(outdir, render.render_all())
+    try:
+        written = render.write_outputs(outdir, render.render_all())
+    except render.RenderError as exc:
+        _fail(f"render failed: {exc}")
     for name in written:
         click.echo(f"wrote {outdir / name}")
     if not written:
@@ -39,7 +42,10 @@ def generate(out: Path | None) -> None:
 @main.command()
 def check() -> None:
     """Exit non-zero when the committed extension/ differs from a fresh render."""
-    problems = render.diff_outputs(extension_dir(), render.render_all())
+    try:
+        problems = render.diff_outputs(extension_dir(), render.render_all())
+    except render.RenderError as exc:
+        _fail(f"render failed: {exc}")
     for p in problems:
         click.echo(p, err=True)
     if problems:

@@ -74,6 +74,11 @@ def split_args(args: str) -> list[str]:
     return out
 
 
+def strip_in(args: str) -> str:
+    """PostgreSQL prints procedure arguments as "IN name type"; the manifest writes "name type"."""
+    return ", ".join(a[3:] if a.startswith("IN ") else a for a in split_args(args))
+
+
 def _strip_default(arg: str) -> str:
     idx = arg.find(" DEFAULT ")
     return arg if idx < 0 else arg[:idx]
@@ -280,6 +285,74 @@ NOTIFY = Feature(
     ),
 )
 
+DELIVERY = Feature(
+    name="delivery",
+    requires=("core",),
+    templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
+               "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
+               "functions/expire.sql.j2"),
+    config_tables=("queue_settings", "dedup_keys"),
+    functions=(
+        _f("set_retry_policy",
+           "queue_name text, max_retries integer, retry_delay integer DEFAULT 0, "
+           "backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, "
+           "dead_letter_queue text DEFAULT NULL::text", "void", upstream=False),
+        _f("remove_retry_policy", "queue_name text", "void", upstream=False),
+        _f("set_dedup_window", "queue_name text, seconds integer", "void", upstream=False),
+        _f("set_message_ttl", "queue_name text, seconds integer", "void", upstream=False),
+        _f("list_queue_settings", "",
+           "TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, "
+           "backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, "
+           "dedup_window integer, message_ttl integer)", upstream=False),
+        _f("_retry_delay", "attempts integer, retry_delay integer, backoff_factor double precision, "
+           "max_retry_delay integer", "integer", upstream=False),
+        _f("_dead_letter", "queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text",
+           "bigint", upstream=False),
+        _f("redrive", "dead_letter_queue text, target_queue text DEFAULT NULL::text, "
+           "max_messages integer DEFAULT NULL::integer", "bigint", upstream=False),
+        _f("nack", "queue_name text, msg_id bigint, error text DEFAULT NULL::text", "boolean", upstream=False),
+        _f("checkpoint", "queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0",
+           "boolean", upstream=False),
+        _f("_send_dedup", f"queue_name text, msg jsonb, headers jsonb, delay {TS}", "bigint", upstream=False),
+        _f("send_reserved", "queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb",
+           "bigint", upstream=False),
+        _f("confirm", "queue_name text, msg_ids bigint[]", "bigint", upstream=False),
+        _f("expire_messages", "queue_name text DEFAULT NULL::text", "bigint", upstream=False),
+    ),
+)
+
+ANY_FILTERS = "q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb"
+
+PGPRO = Feature(
+    name="pgpro",
+    requires=("core", "delivery"),
+    templates=("functions/queues.sql.j2", "functions/messages.sql.j2"),
+    functions=(
+        _f("queue_initialize", "", "void", upstream=False),
+        _f("queue_deinitialize", "", "void", upstream=False),
+        _f("create_queue", "queue_name name, queue_type character DEFAULT 'N'::bpchar, "
+           "queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, "
+           "queue_retry_delay integer DEFAULT 30", None, upstream=False),
+        _f("alter_queue", "queue_name name, new_type character DEFAULT NULL::bpchar, "
+           "new_dlq name DEFAULT NULL::name, new_retries integer DEFAULT NULL::integer, "
+           "new_retrydelay integer DEFAULT NULL::integer", None, upstream=False),
+        _f("drop_queue", "queue_name name", None, upstream=False),
+        _f("get_queue_table", "queue_name name", "oid", upstream=False),
+        _f("_xid_status", "xid32 bigint", "text", upstream=False),
+        _f("_take_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint",
+           "pgmq.message_record", upstream=False),
+        _f("insert_message", "q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, "
+           "q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, "
+           "q_msg_retrydelay integer DEFAULT NULL::integer, "
+           f"q_msg_enable_time {TS} DEFAULT NULL::{TS}", None, upstream=False),
+        _f("read_message", ANY_FILTERS, "jsonb", upstream=False),
+        _f("read_message_by_id", "q_name name, msgid bigint", "jsonb", upstream=False),
+        _f("read_message_any", ANY_FILTERS + ", OUT q_jsonb jsonb, OUT q_xml xml", "record", upstream=False),
+        _f("read_message_by_id_any", "q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml", "record",
+           upstream=False),
+    ),
+)
+
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, PARTITIONED, FIFO, TOPICS, NOTIFY))
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, TOPICS, NOTIFY, PGPRO))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pgmq_build.manifest import strip_in
 from tests.helpers import column, scalar
 
 
@@ -16,7 +17,8 @@ def installed_functions(conn):
 
 
 def test_functions_match_manifest(conn, manifest):
-    got = {(name, ident): (args, result) for name, args, ident, result, _, _ in installed_functions(conn)}
+    got = {(name, strip_in(ident)): (strip_in(args), result)
+           for name, args, ident, result, _, _ in installed_functions(conn)}
     want = {f.key: (f.args, f.returns) for f in manifest.functions}
     assert sorted(set(want) - set(got)) == [], "declared but not installed"
     assert sorted(set(got) - set(want)) == [], "installed but not declared"
@@ -26,7 +28,7 @@ def test_functions_match_manifest(conn, manifest):
 def test_no_security_definer_and_search_path_pinned(conn, manifest):
     allowed = {f.key for f in manifest.functions if f.security_definer}
     for name, _, ident, _, definer, config in installed_functions(conn):
-        assert not definer or (name, ident) in allowed, name
+        assert not definer or (name, strip_in(ident)) in allowed, name
         assert config == ["search_path=pg_catalog, pg_temp"], name
 
 

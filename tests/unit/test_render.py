@@ -32,7 +32,7 @@ def test_targets_differ_only_where_policy_says():
     alone = render.render_install(MANIFEST, "standalone")
     assert GUARD in ext and GUARD not in alone
     assert "pg_extension_config_dump" in ext and "pg_extension_config_dump" not in alone
-    assert "CREATE SCHEMA pgmq;" in alone and "CREATE SCHEMA" not in ext
+    assert "\nCREATE SCHEMA pgmq;" in alone and "\nCREATE SCHEMA" not in ext
 
 
 @pytest.mark.parametrize("feature", MANIFEST.features, ids=lambda f: f.name)
