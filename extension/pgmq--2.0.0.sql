@@ -1069,7 +1069,7 @@ BEGIN
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
-    ON CONFLICT (queue_name) DO UPDATE
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
         SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
             backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
             dead_letter_queue = EXCLUDED.dead_letter_queue;
@@ -1113,7 +1113,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
     END IF;
     INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
-    ON CONFLICT (queue_name) DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
@@ -1134,7 +1134,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
     END IF;
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
-    ON CONFLICT (queue_name) DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
@@ -1298,7 +1298,7 @@ BEGIN
     EXECUTE format('SELECT read_ct, headers FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', v_qtable)
     INTO v_read_ct, v_headers
     USING msg_id;
-    IF NOT FOUND THEN
+    IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
         RETURN false;
     END IF;
     SELECT * INTO v_policy FROM pgmq.queue_settings s
@@ -1339,7 +1339,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_max integer;
+    v_max   integer;
+    v_count bigint;
 BEGIN
     IF vt IS NULL OR vt < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'vt must be a non-negative number of seconds';
@@ -1360,7 +1361,8 @@ BEGIN
            WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
         pgmq.format_table_name(queue_name, 'q'))
     USING msg_id, msg, vt, extra_retries, v_max;
-    RETURN FOUND;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer) IS 'Replace the payload of an in-flight (leased) message, extend its lease to vt seconds from now and allow extra_retries more deliveries. False when the message is not in flight.';
@@ -1385,7 +1387,7 @@ BEGIN
     WHERE s.queue_name = _send_dedup.queue_name;
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
     VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
-    ON CONFLICT (queue_name, dedup_id) DO UPDATE
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
         SET msg_id = NULL, expires_at = EXCLUDED.expires_at
         WHERE k.expires_at <= clock_timestamp()
     RETURNING true INTO v_claimed;
@@ -2218,7 +2220,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2281,7 +2283,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2496,7 +2498,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2557,7 +2559,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2772,7 +2774,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
@@ -2833,7 +2835,7 @@ BEGIN
                 -- the unbroken run of visible messages from the head
                 SELECT r.msg_id, r.ord, r.rn
                 FROM (
-                    SELECT member.*, member.visible AS unbroken
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
                     FROM member
                 ) r
                 WHERE r.unbroken
