@@ -304,7 +304,7 @@ def test_create_fifo_index_is_idempotent(conn, queue):
     assert name == "q_jobs_fifo_idx"
     assert "USING btree" in definition
     assert "'x-pgmq-group'" in definition and definition.endswith(", msg_id)")
-    assert scalar(conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'pgmq' AND tablename = 'q_jobs'") == 3
+    assert scalar(conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'pgmq' AND tablename = 'q_jobs'") == 4  # pkey, vt, priority, fifo
     with raises_sql("42P01"):
         conn.execute("SELECT pgmq.create_fifo_index('nope')")
 
