@@ -402,6 +402,9 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries'] THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
         RETURN NEXT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
@@ -513,6 +516,9 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries']) THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
     -- Deduplicated messages go one by one (each may resolve to an earlier message).
     IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
         RETURN QUERY
@@ -634,16 +640,39 @@ AS $fn$
 DECLARE
     v_max       integer;
     v_ttl       integer;
+    v_limits    boolean;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_expired   bigint[] := '{}';
     v_exhausted bigint[] := '{}';
 BEGIN
-    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl
-    INTO v_max, v_ttl
+    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits
+    INTO v_max, v_ttl, v_limits
     FROM pgmq.queue_settings s
     WHERE s.queue_name = read.queue_name;
-    FOR v_r IN EXECUTE format(
-        $q$WITH picked AS (
+    IF v_max IS NULL AND v_ttl IS NULL AND NOT coalesce(v_limits, false) THEN
+        RETURN QUERY EXECUTE format($q$WITH picked AS (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
+            UPDATE pgmq.%1$I q
+            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+            FROM picked
+            WHERE q.msg_id = picked.msg_id
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+        FROM done d
+        ORDER BY d.priority, d.msg_id
+$q$, v_qtable)
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp();
+        RETURN;
+    END IF;
+    FOR v_r IN EXECUTE format($q$WITH picked AS (
             SELECT msg_id,
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                             < clock_timestamp(), false) AS expired,
@@ -653,24 +682,22 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
-        ), leased AS (
+        ), done AS (
             UPDATE pgmq.%1$I q
-            SET vt = $4 + $2,
-                read_ct = q.read_ct + 1,
-                last_read_at = $4
+            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
             FROM picked
             WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
             RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
         SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
-        FROM leased d
+        FROM done d
         UNION ALL
         SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
                CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
         FROM picked p
         WHERE p.expired OR p.exhausted
-        ORDER BY 9, 1$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        ORDER BY 9, 1
+$q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
@@ -730,41 +757,63 @@ AS $fn$
 DECLARE
     v_max       integer;
     v_ttl       integer;
+    v_limits    boolean;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_expired   bigint[] := '{}';
     v_exhausted bigint[] := '{}';
 BEGIN
-    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl
-    INTO v_max, v_ttl
+    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits
+    INTO v_max, v_ttl, v_limits
     FROM pgmq.queue_settings s
     WHERE s.queue_name = pop.queue_name;
-    FOR v_r IN EXECUTE format(
-        $q$WITH picked AS (
-            SELECT msg_id,
-                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $2))
-                            < clock_timestamp(), false) AS expired,
-                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $3), false) AS exhausted
+    IF v_max IS NULL AND v_ttl IS NULL AND NOT coalesce(v_limits, false) THEN
+        RETURN QUERY EXECUTE format($q$WITH picked AS (
+            SELECT msg_id
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
-        ), popped AS (
+        ), done AS (
+            DELETE FROM pgmq.%1$I q
+            USING picked
+            WHERE q.msg_id = picked.msg_id
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+        FROM done d
+        ORDER BY d.priority, d.msg_id
+$q$, v_qtable)
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz;
+        RETURN;
+    END IF;
+    FOR v_r IN EXECUTE format($q$WITH picked AS (
+            SELECT msg_id,
+                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                            < clock_timestamp(), false) AS expired,
+                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $6), false) AS exhausted
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
             DELETE FROM pgmq.%1$I q
             USING picked
             WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
             RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
         SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
-        FROM popped d
+        FROM done d
         UNION ALL
         SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
                CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
         FROM picked p
         WHERE p.expired OR p.exhausted
-        ORDER BY 9, 1$q$,
-        pgmq.format_table_name(queue_name, 'q'))
-        USING qty, v_ttl, v_max
+        ORDER BY 9, 1
+$q$, v_qtable)
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
             RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
@@ -1012,7 +1061,9 @@ CREATE TABLE pgmq.queue_settings (
         CONSTRAINT queue_settings_dlq_fk
             REFERENCES pgmq.meta (queue_name) ON DELETE SET NULL,
     dedup_window      INTEGER NOT NULL DEFAULT 300 CHECK (dedup_window > 0),
-    message_ttl       INTEGER CHECK (message_ttl > 0)
+    message_ttl       INTEGER CHECK (message_ttl > 0),
+    -- some message carried x-pgmq-ttl or x-pgmq-max-retries: reads must check every row
+    message_limits    BOOLEAN NOT NULL DEFAULT false
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
@@ -1166,6 +1217,25 @@ SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), great
              coalesce(max_retry_delay, 2147483647), 2147483647)::integer
 $fn$;
 
+-- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
+-- reads check every row (queues without the mark take the plain read). Checked before writing
+-- so that senders do not queue up on the settings row.
+CREATE FUNCTION pgmq._note_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+        SELECT m.queue_name, true FROM pgmq.meta m WHERE m.queue_name = _note_message_limits.queue_name
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+    END IF;
+END;
+$fn$;
+
 -- features/delivery/functions/dead_letter.sql.j2
 -- _dead_letter: moves messages to the queue's dead-letter queue, or to its archive when it has
 -- none, adding the x-pgmq-dead-letter header record. One statement: a message is always in
@@ -1185,6 +1255,8 @@ BEGIN
     WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
 
     IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
         EXECUTE format(
             $q$WITH d AS (
                 DELETE FROM pgmq.%I WHERE msg_id = ANY($1)

@@ -304,6 +304,7 @@ DELIVERY = Feature(
            "TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, "
            "backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, "
            "dedup_window integer, message_ttl integer)", upstream=False),
+        _f("_note_message_limits", "queue_name text", "void", upstream=False),
         _f("_retry_delay", "attempts integer, retry_delay integer, backoff_factor double precision, "
            "max_retry_delay integer", "integer", upstream=False),
         _f("_dead_letter", "queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text",
