@@ -146,7 +146,6 @@ BEGIN
     PERFORM pgmq.validate_queue_name(queue_name);
     PERFORM pgmq.acquire_queue_lock(queue_name);
 
-    -- Table names are lowercased: "Orders" and "orders" would share one table.
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
     WHERE lower(m.queue_name) = lower(_create_queue_tables.queue_name)
@@ -1730,7 +1729,6 @@ BEGIN
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
 
-    -- Table names are lowercased: "Orders" and "orders" would share one table.
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
     WHERE lower(m.queue_name) = lower(create_partitioned.queue_name)
