@@ -10,6 +10,11 @@ VACUUM ANALYZE, CHECKPOINT), with new client connections: one autocommit psycopg
 client, each driven by its own thread (default) or process. Throughput is messages handled / wall
 time from the first client's start to the last client's finish. Nothing is asserted: it reports.
 
+A workload marked optional (a pgmq feature the build under test may lack: FIFO, topics) that
+fails with an error from the server (one with a SQLSTATE: a missing function, a bug in the
+feature) is reported as an "(unavailable: <error>)" row, its other cells skipped, and the run
+goes on. Any other failure (a non-optional workload, a client-side error) stops the run.
+
 Consuming workloads are prefilled per segment with 2x what the faster side consumed per second
 in a 0.3 s warm-up, times the segment length (plus slack); a segment that still runs dry is
 re-run with 3x the prefill, and marked "(dry!)" if it runs dry again.
@@ -181,6 +186,11 @@ def _process_main(pipe) -> None:  # a worker process: runs jobs until told to st
                 pipe.send(result)
         except _Aborted:
             pass
+        except psycopg.Error as exc:
+            if exc.sqlstate:  # the server's error: picklable, SQLSTATE and all
+                pipe.send(exc)
+            else:
+                pipe.send(RuntimeError(f"client process: {type(exc).__name__}: {exc}"))
         except Exception as exc:
             pipe.send(RuntimeError(f"client process: {type(exc).__name__}: {exc}"))
 
@@ -202,13 +212,6 @@ class ProcessClients:
             self.pipes.append(parent)
             self.procs.append(p)
 
-    @staticmethod
-    def _recv(pipe):
-        msg = pipe.recv()
-        if isinstance(msg, Exception):
-            raise msg
-        return msg
-
     def run(self, workload: Workload, side: str, clients: int, seconds: float,
             stop_when_dry: bool) -> list[ClientResult]:
         pipes = self.pipes[:clients]
@@ -223,7 +226,11 @@ class ProcessClients:
             raise failed[0]
         for p in pipes:
             p.send("go")
-        return [self._recv(p) for p in pipes]
+        results = [p.recv() for p in pipes]  # all of them, so that no reply is left in a pipe
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
+        return results
 
     def close(self) -> None:
         for pipe, proc in zip(self.pipes, self.procs, strict=True):
@@ -255,6 +262,7 @@ class Cell:
     clients: int
     prefill: int = 0
     segments: list[Segment] = field(default_factory=list)
+    unavailable: str | None = None  # an optional workload that failed: why
 
     def rate(self, side: str) -> float:
         segs = [s for s in self.segments if s.side == side]
@@ -369,19 +377,29 @@ def maybe_install_files() -> str:
 
 def format_table(cells: list[Cell]) -> str:
     head = ("workload", "clients", "pgmq msgs/s", "raw msgs/s", "ratio (pgmq/raw)")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for c in cells:
+        if c.unavailable:  # its reason spans the rate columns
+            rows.append((c.workload, str(c.clients), f"(unavailable: {c.unavailable})"))
+            continue
         pg, raw = c.rate(PGMQ), c.rate(RAW)
         mark = {side: " (dry!)" if c.dry(side) else "" for side in (PGMQ, RAW)}
         rows.append((c.workload, str(c.clients), f"{pg:,.0f}{mark[PGMQ]}", f"{raw:,.0f}{mark[RAW]}",
                      f"{pg / raw:.2f}" if raw else "-"))
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    widths = [max(len(r[i]) for r in [head, *rows] if len(r) == len(head) or i < 2)
+              for i in range(len(head))]
     align = ["<", ">", ">", ">", ">"]
 
     def line(r):
-        return " | ".join(f"{v:{a}{w}}" for v, a, w in zip(r, align, widths, strict=True))
+        return " | ".join(f"{v:{a}{w}}" for v, a, w in zip(r, align, widths, strict=False))
 
     return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, rows)])
+
+
+def short_error(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    msg = lines[0] if lines else type(exc).__name__
+    return msg if len(msg) <= 160 else msg[:157] + "..."
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -431,12 +449,30 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
             bench = Bench(admin, clients_impl, args.seconds, args.rounds)
             total = len(args.workloads) * len(args.clients)
             for w in args.workloads:
+                unavailable = None
                 for n in args.clients:
                     label = f"[{len(cells) + 1}/{total}] {w.name} x{n}"
-                    cells.append(bench.run_cell(w, n, label))
-                    c = cells[-1]
-                    log(f"{label}: pgmq {c.rate(PGMQ):,.0f} / raw {c.rate(RAW):,.0f} msgs/s "
-                        f"(client CPU up to {c.client_cpu():.2f} cores)")
+                    if unavailable is None:
+                        try:
+                            c = bench.run_cell(w, n, label)
+                        except psycopg.Error as exc:
+                            if not (w.optional and exc.sqlstate):  # client-side: a bench bug
+                                raise
+                            unavailable = short_error(exc)
+                    if unavailable is not None:  # the other client counts: not tried again
+                        c = Cell(w.name, n, unavailable=unavailable)
+                        log(f"{label}: unavailable: {unavailable}")
+                    else:
+                        log(f"{label}: pgmq {c.rate(PGMQ):,.0f} / raw {c.rate(RAW):,.0f} msgs/s "
+                            f"(client CPU up to {c.client_cpu():.2f} cores)")
+                    cells.append(c)
+                if w.teardown:
+                    try:
+                        w.teardown(admin)
+                    except psycopg.Error as exc:
+                        if not (w.optional and exc.sqlstate):
+                            raise
+                        log(f"{w.name}: teardown failed: {short_error(exc)}")
     finally:
         clients_impl.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # leave nothing behind on a --dsn server
@@ -457,6 +493,9 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
     width = max(len(w.name) for w in args.workloads)
     for w in args.workloads:
         print(f"  {w.name:<{width}}  {w.description}")
+    if any(c.unavailable for c in cells):
+        print("(unavailable) = the workload failed on this build (its pgmq feature missing or "
+              "broken); not measured")
     if any(c.dry(PGMQ) or c.dry(RAW) for c in cells):
         print("(dry!) = the queue ran empty in some segment despite the prefill: that rate is low")
     log(f"done in {wall:.0f} s")
@@ -474,9 +513,11 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
                           for w in args.workloads},
             "results": [
                 {"workload": c.workload, "clients": c.clients,
-                 "pgmq_msgs_per_s": round(c.rate(PGMQ), 1), "raw_msgs_per_s": round(c.rate(RAW), 1),
+                 "pgmq_msgs_per_s": None if c.unavailable else round(c.rate(PGMQ), 1),
+                 "raw_msgs_per_s": None if c.unavailable else round(c.rate(RAW), 1),
                  "ratio": round(c.rate(PGMQ) / c.rate(RAW), 4) if c.rate(RAW) else None,
-                 "prefill": c.prefill, "segments": [asdict(s) for s in c.segments]}
+                 "prefill": c.prefill, "segments": [asdict(s) for s in c.segments],
+                 "unavailable": c.unavailable}
                 for c in cells
             ],
         }
