@@ -35,5 +35,5 @@ fi
 
 echo "ensure-deps: installing the Python package and its test dependencies"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
-"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis" \
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq" \
     || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }
