@@ -20,7 +20,7 @@ def client(db):
 def test_queue_lifecycle_and_messages(client):
     client.create_queue("orders")
     client.create_queue("fast", unlogged=True)
-    assert sorted(q.queue_name for q in client.list_queues()) == ["fast", "orders"]  # noqa: B018
+    assert sorted(q.queue_name for q in client.list_queues()) == ["fast", "orders"]
     one = client.send("orders", {"n": 1})
     two = client.send("orders", {"n": 2}, headers={"h": 1})
     later = client.send("orders", {"n": 3}, delay=60)
