@@ -1350,6 +1350,46 @@ $fn$;
 COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
 
 -- features/delivery/functions/nack.sql.j2
+-- _record_failure: count a failed delivery (attempts = failures so far, this one included):
+-- the message is visible again after the retry policy's delay (at once without one), or is
+-- dead-lettered when its deliveries are used up. error, if given, is kept in x-pgmq-last-error.
+CREATE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_headers jsonb;
+    v_policy  pgmq.queue_settings;
+    v_limit   integer;
+BEGIN
+    EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
+    INTO v_headers
+    USING msg_id;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
+    v_limit := coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries);
+
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE WHEN $4::text IS NULL THEN headers
+                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, attempts,
+          pgmq._retry_delay(attempts,
+                                    coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                                    v_policy.backoff_factor, v_policy.max_retry_delay),
+          error;
+    IF v_limit IS NOT NULL AND attempts >= 1 + v_limit THEN
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
+    END IF;
+END;
+$fn$;
+
 -- nack: the consumer failed this delivery. The message comes back after the policy's delay
 -- (at once without a policy), or is dead-lettered when its deliveries are used up.
 CREATE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
@@ -1359,43 +1399,18 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable   text := pgmq.format_table_name(queue_name, 'q');
-    v_read_ct  integer;
-    v_headers  jsonb;
-    v_policy   pgmq.queue_settings;
-    v_limit    integer;
-    v_attempts integer;
+    v_read_ct integer;
 BEGIN
-    EXECUTE format('SELECT read_ct, headers FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE', v_qtable)
-    INTO v_read_ct, v_headers
+    EXECUTE format('SELECT read_ct FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   pgmq.format_table_name(queue_name, 'q'))
+    INTO v_read_ct
     USING msg_id;
     IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
         RETURN false;
     END IF;
-    SELECT * INTO v_policy FROM pgmq.queue_settings s
-    WHERE s.queue_name = nack.queue_name AND s.retry_policy;
-
-    -- A nack of a message nobody read still counts as one failed attempt.
-    v_attempts := greatest(v_read_ct, 1);
-    v_limit := coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries);
-    IF v_limit IS NOT NULL AND v_attempts >= 1 + v_limit THEN
-        EXECUTE format('UPDATE pgmq.%I SET read_ct = $2 WHERE msg_id = $1', v_qtable)
-        USING msg_id, v_attempts;
-        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], 'nack', error);
-        RETURN true;
-    END IF;
-    EXECUTE format(
-        $q$UPDATE pgmq.%I
-           SET read_ct = $2,
-               vt = clock_timestamp() + make_interval(secs => $3),
-               headers = CASE WHEN $4::text IS NULL THEN headers
-                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
-           WHERE msg_id = $1$q$, v_qtable)
-    USING msg_id, v_attempts,
-          pgmq._retry_delay(v_attempts,
-                                    coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
-                                    v_policy.backoff_factor, v_policy.max_retry_delay),
-          error;
+    -- A lease already counted this delivery in read_ct; a nack of a message nobody read
+    -- still counts as one failed attempt.
+    PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
     RETURN true;
 END;
 $fn$;
@@ -2100,17 +2115,20 @@ DECLARE
     v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
     v_index  regclass := to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx'));
 BEGIN
-    IF v_index IS NOT NULL AND NOT EXISTS (
-        SELECT 1
-        FROM pg_catalog.pg_index i
-        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-        JOIN pg_catalog.pg_am a ON a.oid = c.relam
-        WHERE i.indrelid = v_rel
-          AND c.relname = v_qtable || '_fifo_idx'
-          AND a.amname = 'btree'
-          AND i.indkey[0] = 0
-          AND i.indisvalid
-    ) THEN
+    IF v_index IS NOT NULL THEN
+        IF EXISTS (
+            SELECT 1
+            FROM pg_catalog.pg_index i
+            JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+            JOIN pg_catalog.pg_am a ON a.oid = c.relam
+            WHERE i.indrelid = v_rel
+              AND c.relname = v_qtable || '_fifo_idx'
+              AND a.amname = 'btree'
+              AND i.indkey[0] = 0
+              AND i.indisvalid
+        ) THEN
+            RETURN;
+        END IF;
         RAISE NOTICE 'replacing index % of queue %, which is not the FIFO btree index', v_index, queue_name;
         EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
     END IF;
@@ -3704,18 +3722,18 @@ BEGIN
 END;
 $fn$;
 
--- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): deletes and returns
--- the first eligible message (priority, then msg_id); the delete commits or rolls back with the
--- caller's transaction, so a rolled-back reader gives the message back.
+-- _claim_message: locks and returns the first eligible message (priority, then msg_id) for a
+-- transactional consumer, or NULL. Used by _take_message (which deletes it) and dispatch
+-- (which deletes it only when the callback succeeds).
 --
 -- Retry on rollback, with no daemon: a visible row whose xmax is an aborted transaction was
--- taken by a reader that rolled back (ROLLBACK, ROLLBACK TO SAVEPOINT, a killed backend or a
--- crash). When the queue (or the message) has a retry policy, the next reader records that
--- attempt (read_ct + 1, vt = now + the policy's delay) or dead-letters the message when its
--- attempts are used up, and does not hand that message out in the same transaction: if it did
--- and rolled back too, the recorded attempt would vanish with it. A message recorded by this
--- transaction (xmin ours, read_ct > 0) is therefore skipped until a later transaction.
-CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
+-- taken by a consumer that rolled back (ROLLBACK, ROLLBACK TO SAVEPOINT, a killed backend or a
+-- crash). When the queue (or the message) has a retry policy, the next consumer records that
+-- attempt (read_ct + 1, visible again after the policy's delay, or dead-lettered when used up)
+-- and does not hand that message out in the same transaction: if it did and rolled back too,
+-- the recorded attempt would vanish with it. A message recorded by this transaction (xmin
+-- ours, read_ct > 0) is therefore skipped until a later transaction.
+CREATE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
 RETURNS pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -3729,10 +3747,11 @@ DECLARE
     v_limit  integer;
     v_result pgmq.message_record;
 BEGIN
-    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _take_message.queue_name;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
     LOOP
         EXECUTE format(
-            $q$SELECT msg_id, read_ct, headers, xmax::text::bigint AS xmax32,
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      xmax::text::bigint AS xmax32,
                       enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                           < clock_timestamp() AS expired
                FROM pgmq.%I
@@ -3752,47 +3771,49 @@ BEGIN
             RETURN NULL;
         END IF;
         v_done := v_done || v_row.msg_id;
-        v_limit := coalesce((v_row.headers->>'x-pgmq-max-retries')::integer,
-                            CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END);
 
         IF v_row.expired THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
             CONTINUE;
         END IF;
-
         IF v_row.xmax32 <> 0
-           AND (v_policy.retry_policy OR v_row.headers ? 'x-pgmq-max-retries' OR v_row.headers ? 'x-pgmq-retry-delay')
+           AND (v_policy.retry_policy OR v_row.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'])
            AND pgmq._xid_status(v_row.xmax32) = 'aborted' THEN
-            IF v_limit IS NOT NULL AND v_row.read_ct + 1 >= 1 + v_limit THEN
-                EXECUTE format('UPDATE pgmq.%I SET read_ct = read_ct + 1 WHERE msg_id = $1', v_qtable)
-                USING v_row.msg_id;
-                PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'rollback');
-            ELSE
-                EXECUTE format(
-                    $q$UPDATE pgmq.%I
-                       SET read_ct = read_ct + 1, last_read_at = clock_timestamp(),
-                           vt = clock_timestamp() + make_interval(secs => $2)
-                       WHERE msg_id = $1$q$, v_qtable)
-                USING v_row.msg_id,
-                      pgmq._retry_delay(v_row.read_ct + 1,
-                          coalesce((v_row.headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
-                          v_policy.backoff_factor, v_policy.max_retry_delay);
-            END IF;
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + 1, 'rollback');
             CONTINUE;
         END IF;
-
+        v_limit := coalesce((v_row.headers->>'x-pgmq-max-retries')::integer,
+                            CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END);
         IF v_limit IS NOT NULL AND v_row.read_ct >= 1 + v_limit THEN  -- used up by expired leases
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
             CONTINUE;
         END IF;
-
-        EXECUTE format(
-            $q$DELETE FROM pgmq.%I WHERE msg_id = $1
-               RETURNING msg_id, read_ct + 1, enqueued_at, clock_timestamp(), vt, message, headers$q$, v_qtable)
-        INTO v_result
-        USING v_row.msg_id;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
         RETURN v_result;
     END LOOP;
+END;
+$fn$;
+
+-- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): claims the next
+-- message and deletes it; the delete commits or rolls back with the caller's transaction.
+CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
+BEGIN
+    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
+    USING v_msg.msg_id;
+    v_msg.read_ct := v_msg.read_ct + 1;
+    v_msg.last_read_at := clock_timestamp();
+    RETURN v_msg;
 END;
 $fn$;
 

@@ -311,6 +311,8 @@ DELIVERY = Feature(
            "bigint", upstream=False),
         _f("redrive", "dead_letter_queue text, target_queue text DEFAULT NULL::text, "
            "max_messages integer DEFAULT NULL::integer", "bigint", upstream=False),
+        _f("_record_failure", "queue_name text, msg_id bigint, attempts integer, reason text, "
+           "error text DEFAULT NULL::text", "void", upstream=False),
         _f("nack", "queue_name text, msg_id bigint, error text DEFAULT NULL::text", "boolean", upstream=False),
         _f("checkpoint", "queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0",
            "boolean", upstream=False),
@@ -340,6 +342,8 @@ PGPRO = Feature(
         _f("drop_queue", "queue_name name", None, upstream=False),
         _f("get_queue_table", "queue_name name", "oid", upstream=False),
         _f("_xid_status", "xid32 bigint", "text", upstream=False),
+        _f("_claim_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint",
+           "pgmq.message_record", upstream=False),
         _f("_take_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint",
            "pgmq.message_record", upstream=False),
         _f("insert_message", "q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, "
