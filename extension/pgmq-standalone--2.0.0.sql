@@ -2218,7 +2218,7 @@ BEGIN
                 ) w$q$,
                 v_qtable)
             INTO v_groups, v_sizes
-            USING clock_timestamp(), 64 * qty::bigint, qty;
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
             v_walked := coalesce(v_groups, '{}');
         ELSIF v_indexed THEN
             EXECUTE format(
@@ -2268,7 +2268,7 @@ BEGIN
             v_claimed := v_claimed || v_groups[v_i];
             v_size := v_sizes[v_i];
             IF v_size IS NULL THEN
-                -- only the scan counts; count as many as the batch still lacks
+                -- the index passes do not count groups: count what the batch still lacks
                 EXECUTE format(
                     $q$SELECT count(*) FROM (
                         SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
@@ -2509,7 +2509,7 @@ BEGIN
                 ) w$q$,
                 v_qtable)
             INTO v_groups, v_sizes
-            USING clock_timestamp(), 64 * qty::bigint, qty;
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
             v_walked := coalesce(v_groups, '{}');
         ELSIF v_indexed THEN
             EXECUTE format(
@@ -2785,7 +2785,7 @@ BEGIN
                 ) w$q$,
                 v_qtable)
             INTO v_groups, v_sizes
-            USING clock_timestamp(), 64 * qty::bigint, qty;
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
             v_walked := coalesce(v_groups, '{}');
         ELSIF v_indexed THEN
             EXECUTE format(
@@ -3898,3 +3898,203 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml) IS 'pgpro_queue compatibility: read_message_by_id returning both payload kinds (body, body_xml).';
+
+-- ---------------------------------------------------------------- feature: callbacks
+
+-- features/callbacks/tables.sql.j2
+-- One callback procedure per queue (pgpro_queue's model); dropping the queue unregisters it.
+CREATE TABLE pgmq.callbacks (
+    queue_name    VARCHAR PRIMARY KEY
+        CONSTRAINT callbacks_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    callback      REGPROCEDURE NOT NULL,
+    registered_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
+);
+
+-- features/callbacks/functions/callbacks.sql.j2
+-- register_callback: run procedure `callback` (a signature such as 'handle(jsonb)', looked up in
+-- the caller's search_path) for every message of the queue, through pgmq.dispatch or the
+-- pgmq-build worker.
+CREATE PROCEDURE pgmq.register_callback(q_name text, callback text)
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    CALL pgmq._register_callback(q_name, pg_catalog.to_regprocedure(callback), callback);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
+
+CREATE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_existing regprocedure;
+    v_kind     "char";
+    v_args     oidvector;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    SELECT p.prokind, p.proargtypes INTO v_kind, v_args FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    IF v_kind <> 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('callback %s is not a procedure', proc),
+            HINT = 'Create it with CREATE PROCEDURE; dispatch runs it with CALL.';
+    END IF;
+    IF array_length(v_args::oid[], 1) IS DISTINCT FROM 1 OR v_args[0] <> 'jsonb'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
+    END IF;
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing = proc THEN
+        RETURN;  -- already registered: idempotent
+    ELSIF v_existing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    END IF;
+    INSERT INTO pgmq.callbacks (queue_name, callback) VALUES (q_name, proc);
+END;
+$fn$;
+
+-- unregister_callback: stop dispatching the queue to this procedure.
+CREATE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    CALL pgmq._unregister_callback(q_name, pg_catalog.to_regprocedure(callback), callback);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.unregister_callback(q_name text, callback text) IS 'Unregister a queue''s callback.';
+
+CREATE PROCEDURE pgmq._unregister_callback(q_name text, proc regprocedure, callback text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    DELETE FROM pgmq.callbacks c WHERE c.queue_name = q_name AND c.callback = proc;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('callback %s is not registered for queue "%s"', proc, q_name);
+    END IF;
+END;
+$fn$;
+
+-- list_callbacks: every registered callback, by queue.
+CREATE FUNCTION pgmq.list_callbacks()
+RETURNS TABLE(queue_name text, callback text, registered_at timestamp with time zone)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT c.queue_name, c.callback::text, c.registered_at FROM pgmq.callbacks c ORDER BY c.queue_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue.';
+
+-- _dispatch_one: deliver one message of the queue to its callback. The message is claimed
+-- (row lock) in the caller's transaction and the callback runs in a subtransaction: on
+-- success the message is deleted in the same transaction as the callback's own work; on error
+-- that work is undone and the failure is recorded through the retry policy (reason callback).
+-- Returns 'done', 'failed', or NULL when nothing is eligible.
+CREATE FUNCTION pgmq._dispatch_one(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_proc   regprocedure;
+    v_schema text;
+    v_name   text;
+    v_msg    pgmq.message_record;
+    v_error  text;
+BEGIN
+    SELECT c.callback INTO v_proc FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    IF v_proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    SELECT n.nspname, p.proname INTO v_schema, v_name
+    FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE p.oid = v_proc;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE format('CALL %I.%I($1)', v_schema, v_name) USING v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        RETURN 'failed';
+    END;
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
+    USING v_msg.msg_id;
+    RETURN 'done';
+END;
+$fn$;
+
+-- _callback_queues: the queues dispatch serves (all with a callback, or the one named).
+CREATE FUNCTION pgmq._callback_queues(queue_name text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queues text[];
+BEGIN
+    SELECT array_agg(c.queue_name::text ORDER BY c.queue_name) INTO v_queues
+    FROM pgmq.callbacks c
+    WHERE _callback_queues.queue_name IS NULL OR c.queue_name = _callback_queues.queue_name;
+    IF queue_name IS NOT NULL AND v_queues IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    RETURN coalesce(v_queues, '{}');
+END;
+$fn$;
+
+-- dispatch: deliver up to max_messages messages to their callbacks, one transaction per message,
+-- round robin over the queues. CALL it outside a transaction block (it commits).
+CREATE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_queues text[];
+    v_queue  text;
+    v_count  integer := 0;
+    v_idle   boolean;
+BEGIN
+    -- No SET search_path is possible here (the procedure commits): every name is qualified.
+    IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
+    END IF;
+    v_queues := pgmq._callback_queues(queue_name);
+    LOOP
+        v_idle := true;
+        FOREACH v_queue IN ARRAY v_queues LOOP
+            EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
+            IF pgmq._dispatch_one(v_queue) IS NOT NULL THEN
+                v_idle := false;
+                v_count := v_count OPERATOR(pg_catalog.+) 1;
+            END IF;
+            COMMIT;
+        END LOOP;
+        EXIT WHEN v_idle OR v_count OPERATOR(pg_catalog.>=) max_messages;
+    END LOOP;
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks) to their callbacks, committing after each; failures go through the retry policy. CALL outside a transaction block.';

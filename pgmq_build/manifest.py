@@ -38,6 +38,11 @@ class Function:
     security_definer: bool = False
     definer_reason: str = ""
     upstream: bool = True  # part of upstream PGMQ 1.13's surface
+    # Why this routine does not pin search_path ("" = it does). A procedure that COMMITs cannot
+    # (PostgreSQL forbids SET there), and a name given by the caller may need the caller's
+    # search_path. Such a routine qualifies every name and operator itself.
+    unpinned_reason: str = ""
+    commits: bool = False  # a procedure that controls transactions (needs unpinned_reason)
 
     @property
     def kind(self) -> str:
@@ -358,6 +363,27 @@ PGPRO = Feature(
     ),
 )
 
+CALLBACKS = Feature(
+    name="callbacks",
+    requires=("core", "delivery", "pgpro"),
+    templates=("tables.sql.j2", "functions/callbacks.sql.j2"),
+    config_tables=("callbacks",),
+    functions=(
+        _f("register_callback", "q_name text, callback text", None, upstream=False,
+           unpinned_reason="resolves the callback's name in the caller's search_path"),
+        _f("unregister_callback", "q_name text, callback text", None, upstream=False,
+           unpinned_reason="resolves the callback's name in the caller's search_path"),
+        _f("_register_callback", "q_name text, proc regprocedure, callback text", None, upstream=False),
+        _f("_unregister_callback", "q_name text, proc regprocedure, callback text", None, upstream=False),
+        _f("list_callbacks", "", f"TABLE(queue_name text, callback text, registered_at {TS})", upstream=False),
+        _f("_dispatch_one", "queue_name text", "text", upstream=False),
+        _f("_callback_queues", "queue_name text", "text[]", upstream=False),
+        _f("dispatch", "queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100", None,
+           upstream=False, commits=True,
+           unpinned_reason="commits once per message, so one failing callback never undoes another"),
+    ),
+)
+
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, DELIVERY, PARTITIONED, FIFO, TOPICS, NOTIFY, PGPRO))
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, TOPICS, NOTIFY, PGPRO, CALLBACKS))

@@ -25,7 +25,10 @@ CODES: dict[str, str] = {
         "where anyone with CREATE on a schema can plant a look-alike. pg_temp goes last so a "
         "temporary object can never shadow a catalog one. SECURITY DEFINER runs with the owner's "
         "rights, so it is allowed only where the manifest declares it with a reason, and such a "
-        "routine must be REVOKEd from PUBLIC so only explicitly granted roles can call it."
+        "routine must be REVOKEd from PUBLIC so only explicitly granted roles can call it. "
+        "The exception is a routine whose manifest entry gives an unpinned_reason (a procedure "
+        "that commits, where PostgreSQL forbids SET, or one that must resolve a caller-given "
+        "name in the caller's search_path): it must not pin and must qualify everything."
     ),
     "PGMQ004": (
         "Every PL/pgSQL body compiles (pglast.parse_plpgsql on the whole CREATE FUNCTION, with "
@@ -70,7 +73,8 @@ CODES: dict[str, str] = {
         "No transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT) at top level or in bodies: "
         "CREATE EXTENSION runs the script inside one transaction it owns, the standalone script "
         "is applied with `psql -1`, and a COMMIT inside a function breaks callers that expect "
-        "atomic calls. The script is ASCII only so that its meaning does not depend on "
+        "atomic calls; only a procedure the manifest marks `commits` may commit (CALL runs it "
+        "outside a transaction block). The script is ASCII only so that its meaning does not depend on "
         "client_encoding and the control file needs no `encoding`."
     ),
     "PGMQ010": (

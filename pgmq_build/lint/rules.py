@@ -97,8 +97,11 @@ def pgmq003_search_path_and_security(script: Script) -> Iterator[Problem]:
     """search_path is pinned; SECURITY DEFINER only where declared, and revoked from PUBLIC."""
     for r in script.routines:
         paths = [s for s in r.settings if s.name == "search_path"]
-        if not paths:
+        unpinned = _declared(script, r, "unpinned_reason")
+        if not paths and not unpinned:
             yield problem("PGMQ003", r, "no SET search_path = pg_catalog, pg_temp")
+        if paths and unpinned:
+            yield problem("PGMQ003", r, "the manifest says this routine does not pin search_path")
         for message in filter(None, map(_search_path_problem, paths)):
             yield problem("PGMQ003", r, message)
         security = r.options.get("security")
@@ -113,6 +116,13 @@ def pgmq003_search_path_and_security(script: Script) -> Iterator[Problem]:
             yield problem("PGMQ003", r, "SECURITY DEFINER needs a definer_reason in the manifest")
         if definer and not any(_revokes_from_public(s.node, r.node) for s in script.statements):
             yield problem("PGMQ003", r, "SECURITY DEFINER without REVOKE ... FROM PUBLIC")
+
+
+def _declared(script: Script, r, attribute: str):
+    """A manifest attribute of routine r (falsy when r is not declared)."""
+    fn = script.declared.get(r.key) if r.qualified else None
+    value = getattr(fn, attribute, None) if fn is not None else None
+    return value.strip() if isinstance(value, str) else value
 
 
 # ----------------------------------------------------------------------------- PGMQ004
@@ -277,8 +287,8 @@ def pgmq009_no_transactions_ascii(script: Script) -> Iterator[Problem]:
         in_plpgsql = any(k in n for n in sqlast.walk(r.plpgsql or []) for k in PLPGSQL_TRANSACTION)
         nodes = (getattr(s, "stmt", s) for sql in r.sql for s in sql.stmts)
         in_sql = any(isinstance(n, ast.TransactionStmt) for n in nodes)
-        if in_plpgsql or in_sql:
-            yield problem("PGMQ009", r, "transaction control in a function body")
+        if (in_plpgsql or in_sql) and not (r.node.is_procedure and _declared(script, r, "commits")):
+            yield problem("PGMQ009", r, "transaction control in a body the manifest does not allow")
     for number, text in enumerate(script.text.splitlines(), 1):
         bad = next((ch for ch in text if not ch.isascii()), None)
         if bad is not None:
