@@ -3,6 +3,8 @@ psycopg_pool connection pool. The worker daemon is built on it.
 
 Usage::
 
+    import threading
+
     from pgmq_build.client import Client
 
     with Client("postgresql://app@db/app") as q:
