@@ -51,3 +51,18 @@ def test_upstream_surface_of_the_core():
     assert sum(1 for f in MANIFEST.functions if f.name == "send") == 6
     assert sum(1 for f in MANIFEST.functions if f.name == "send_batch") == 6
     assert sum(1 for f in MANIFEST.functions if f.name == "set_vt") == 4
+
+
+def test_upstream_surface_is_exactly_76_functions():
+    """Upstream PGMQ 1.13 has 76 functions in schema pgmq (helpers included); ours add to it."""
+    upstream = [f for f in MANIFEST.functions if f.upstream]
+    assert len(upstream) == 76
+    overloads = Counter(f.name for f in upstream)
+    assert overloads["send"] == 6 and overloads["send_batch"] == 6 and overloads["send_batch_topic"] == 6
+    assert overloads["send_topic"] == 3 and overloads["set_vt"] == 4 and overloads["list_topic_bindings"] == 2
+    assert len(overloads) == 53
+    internal = {name for name in overloads if name.startswith("_")}
+    assert internal == {"_validate_batch_params", "_send_batch", "_get_pg_partman_schema",
+                        "_get_pg_partman_major_version", "_ensure_pg_partman_installed",
+                        "_extension_exists", "_belongs_to_pgmq", "_get_partition_col",
+                        "_create_fifo_index_if_not_exists"}
