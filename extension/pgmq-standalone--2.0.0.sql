@@ -3908,6 +3908,8 @@ CREATE TABLE pgmq.callbacks (
         CONSTRAINT callbacks_meta_queue_name_fk
             REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
     callback      REGPROCEDURE NOT NULL,
+    -- the registrant's search_path: the callback runs with it, as if called by them
+    search_path   TEXT NOT NULL DEFAULT '"$user", public',
     registered_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
 );
 
@@ -3919,12 +3921,13 @@ CREATE PROCEDURE pgmq.register_callback(q_name text, callback text)
 LANGUAGE plpgsql
 AS $fn$
 BEGIN
-    CALL pgmq._register_callback(q_name, pg_catalog.to_regprocedure(callback), callback);
+    CALL pgmq._register_callback(q_name, pg_catalog.to_regprocedure(callback), callback,
+                                          pg_catalog.current_setting('search_path'));
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
 
-CREATE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text)
+CREATE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -3959,7 +3962,7 @@ BEGIN
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
     END IF;
-    INSERT INTO pgmq.callbacks (queue_name, callback) VALUES (q_name, proc);
+    INSERT INTO pgmq.callbacks (queue_name, callback, search_path) VALUES (q_name, proc, caller_search_path);
 END;
 $fn$;
 
@@ -4015,12 +4018,14 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_proc   regprocedure;
+    v_path   text;
     v_schema text;
     v_name   text;
     v_msg    pgmq.message_record;
     v_error  text;
 BEGIN
-    SELECT c.callback INTO v_proc FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    SELECT c.callback, c.search_path INTO v_proc, v_path
+    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
     IF v_proc IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;
@@ -4033,8 +4038,12 @@ BEGIN
         RETURN NULL;
     END IF;
     BEGIN
+        -- The callback runs with its registrant's search_path, ours is back right after.
+        PERFORM set_config('search_path', v_path, true);
         EXECUTE format('CALL %I.%I($1)', v_schema, v_name) USING v_msg.message;
+        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
     EXCEPTION WHEN OTHERS THEN
+        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
         RETURN 'failed';

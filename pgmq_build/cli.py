@@ -124,5 +124,36 @@ def demo(dsn: str | None, keep: bool) -> None:
         _fail(f"demo failed: {exc}")
 
 
+@main.command()
+@click.option("--dsn", required=True, help="Database to serve (libpq DSN or URI).")
+@click.option("--queue", "queues", multiple=True, metavar="Q",
+              help="Serve this queue (repeatable; default: every queue in pgmq.list_callbacks(), re-read every 10 s).")
+@click.option("--min-workers", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Dispatcher threads kept running.")
+@click.option("--max-workers", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Upper bound of the pool.")
+@click.option("--start-delay", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds all workers must have been busy before one more starts.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds without a message after which a worker above --min-workers retires.")
+@click.option("--naptime-ms", type=click.IntRange(min=1), default=150, show_default=True,
+              help="Poll interval: delayed and retried messages do not notify.")
+@click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Messages taken from one queue before moving on to the next.")
+@click.option("--once", is_flag=True, help="Dispatch until nothing is eligible, then exit (for cron).")
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True,
+              help="Log lines on stderr.")
+def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int, start_delay: float,
+           idle_timeout: float, naptime_ms: int, batch: int, once: bool, log_format: str) -> None:
+    """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM."""
+    from .worker import run_cli
+
+    if max_workers < min_workers:
+        raise click.BadParameter("must be at least --min-workers", param_hint="--max-workers")
+    sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, min_workers=min_workers,
+                     max_workers=max_workers, start_delay=start_delay, idle_timeout=idle_timeout,
+                     naptime_ms=naptime_ms, batch=batch))
+
+
 if __name__ == "__main__":
     main()

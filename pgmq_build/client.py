@@ -1,5 +1,5 @@
 """A small synchronous Python client for the pgmq extension, built on psycopg 3 and a
-psycopg_pool connection pool. The worker daemon is built on it.
+psycopg_pool connection pool. (The worker daemon uses its own autocommit connections, one transaction per message.)
 
 Usage::
 

@@ -63,6 +63,19 @@ def test_one_callback_per_queue_idempotent_and_unregister(cb):
     assert scalar(cb, "SELECT count(*) FROM pgmq.callbacks") == 0
 
 
+def test_callback_runs_with_the_registrants_search_path(conn):
+    conn.execute("CREATE SCHEMA app")
+    conn.execute("CREATE TABLE app.seen (n int)")
+    conn.execute("SET search_path = app, public")
+    conn.execute("CREATE PROCEDURE app.keep(msg jsonb) LANGUAGE sql AS $$ INSERT INTO seen VALUES ((msg->>'n')::int) $$")
+    conn.execute("SELECT pgmq.create('q')")
+    conn.execute("CALL pgmq.register_callback('q', 'keep(jsonb)')")  # unqualified, as pgpro_queue's docs
+    conn.execute("RESET search_path")
+    conn.execute("SELECT pgmq.send('q', '{\"n\": 7}')")
+    conn.execute("CALL pgmq.dispatch('q')")
+    assert column(conn, "SELECT n FROM app.seen") == [7]
+
+
 def test_drop_queue_unregisters(cb):
     cb.execute("SELECT pgmq.drop_queue('work')")
     assert scalar(cb, "SELECT count(*) FROM pgmq.callbacks") == 0

@@ -1,0 +1,709 @@
+"""The callback worker: a pool of threads that deliver messages to the procedures registered with
+``pgmq.register_callback``, like pgpro_queue's callback background workers but as a process.
+
+Usage::
+
+    from pgmq_build.worker import Worker
+
+    w = Worker("postgresql://app@db/app", min_workers=2).start()
+    ...                      # messages are dispatched as they arrive
+    totals = w.stop()        # lets in-flight callbacks finish; totals.done, totals.failed
+
+    Worker(dsn).run_until_idle()   # dispatch until nothing is eligible, then return (cron)
+
+Design:
+
+* Each dispatcher thread has its own autocommit connection and runs
+  ``SELECT pgmq._dispatch_one(queue)``: one statement, hence one transaction, per message. The
+  message is claimed, the callback runs and the message is deleted (or the failure recorded
+  through the queue's retry policy) all inside that transaction; we never hold a transaction
+  open across calls, so a broken connection, a killed process or a server restart rolls back at
+  most the in-flight message and the SQL counts that attempt. We use ``_dispatch_one`` rather
+  than ``CALL pgmq.dispatch(queue, batch)`` because it says what happened ('done', 'failed',
+  NULL when nothing is eligible), which gives us the totals, tells us when a queue is drained
+  without another query, and lets a stop request take effect after the in-flight message
+  instead of after a whole batch. The price is one round trip per message, small next to the
+  commit every message costs anyway. ``batch`` bounds how many messages a dispatcher takes from
+  one queue before moving round robin to the next queue with work.
+* A listener thread holds one connection that LISTENs on ``pgmq.q_<queue>.INSERT`` (enabling
+  ``pgmq.enable_notify_insert(queue, 0)`` for queues without notifications) and wakes the
+  dispatchers. Dispatchers also poll every ``naptime_ms``, since delayed and retried messages
+  never notify.
+* A supervisor thread re-reads ``pgmq.list_callbacks()`` every ``refresh_interval`` seconds
+  (when no queues were given) and grows the pool: when every dispatcher has been working
+  continuously for ``start_delay`` seconds, it adds one, up to ``max_workers``. A dispatcher
+  that has found no message for ``idle_timeout`` seconds retires while more than
+  ``min_workers`` remain.
+* Logs go to the ``pgmq_build.worker`` logger: the record's message is the event name and
+  ``record.fields`` holds the rest (queue, worker, counts). ``JsonFormatter`` renders one JSON
+  object per line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["JsonFormatter", "TextFormatter", "Totals", "Worker", "run_cli"]
+
+log = logging.getLogger(__name__)
+
+# Defaults of pgpro_queue's callback_min_workers, callback_max_workers,
+# callback_worker_start_delay (s), callback_worker_idle_timeout (s), callback_naptime (ms).
+MIN_WORKERS = 3
+MAX_WORKERS = 10
+START_DELAY = 5.0
+IDLE_TIMEOUT = 60.0
+NAPTIME_MS = 150
+BATCH = 100
+REFRESH_INTERVAL = 10.0
+
+_APP_NAME = "pgmq-worker"
+_CONNECT_TIMEOUT = 5
+_LISTEN_SLICE = 0.25  # how often the listener looks at its stop flag and the queue list
+_MAX_WAIT = 1.0  # an idle dispatcher re-checks retirement at least this often
+
+# Scheduler hints: may a queue have work?
+_NONE, _POLL, _WORK = 0, 1, 2
+
+
+@dataclass
+class Totals:
+    done: int = 0  # callbacks that succeeded (message deleted)
+    failed: int = 0  # callbacks that raised (attempt recorded: retried later or dead-lettered)
+    errors: int = 0  # dispatch statements that failed (SQL errors, broken connections)
+    reconnects: int = 0
+
+
+class _Scheduler:
+    """Which queues may have work, and round robin among them.
+
+    A queue's hint is _WORK after a notification or when a dispatcher found messages in it: any
+    idle dispatcher may join until one finds it empty. A _POLL hint (set every naptime) is taken
+    by a single dispatcher, so idle polling costs one query per queue per naptime, however many
+    dispatchers there are. ``gen`` counts notifications, so that a dispatcher that finds a queue
+    empty does not erase a notification that arrived while it was looking.
+    """
+
+    def __init__(self, naptime: float, once: bool) -> None:
+        self.cond = threading.Condition()
+        self.naptime = naptime
+        self.once = once
+        self.queues: list[str] = []
+        self.stopping = False
+        self._hint: dict[str, int] = {}
+        self._gen: dict[str, int] = {}
+        self._cooldown: dict[str, float] = {}
+        self._rr = 0
+        self._next_poll = 0.0
+
+    def set_queues(self, queues: Sequence[str]) -> None:
+        with self.cond:
+            self.queues = list(queues)
+            for q in queues:
+                self._hint.setdefault(q, _WORK)
+                self._gen.setdefault(q, 0)
+            for gone in set(self._hint) - set(queues):
+                self._hint.pop(gone, None)
+                self._gen.pop(gone, None)
+                self._cooldown.pop(gone, None)
+            self.cond.notify_all()
+
+    def wake(self, queue: str | None = None) -> None:
+        """A notification (queue) or a reconnection (None: all queues)."""
+        with self.cond:
+            for q in ([queue] if queue is not None else self.queues):
+                if q in self._hint:
+                    self._hint[q] = _WORK
+                    self._gen[q] += 1
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    def take(self) -> tuple[str, int] | None:
+        """The next queue (round robin) that may have work, with its notification count."""
+        with self.cond:
+            now = time.monotonic()
+            if not self.once and now >= self._next_poll:
+                for q in self.queues:
+                    if self._hint[q] == _NONE:
+                        self._hint[q] = _POLL
+                self._next_poll = now + self.naptime
+            n = len(self.queues)
+            for i in range(n):
+                q = self.queues[(self._rr + i) % n]
+                if self._hint[q] == _NONE or self._cooldown.get(q, 0.0) > now:
+                    continue
+                if self._hint[q] == _POLL:
+                    self._hint[q] = _NONE
+                self._rr = (self._rr + i + 1) % n
+                return q, self._gen[q]
+            return None
+
+    def wait(self) -> None:
+        """Sleep until a notification, the next poll, or stop."""
+        with self.cond:
+            if self.stopping or self._ready(time.monotonic()):
+                return
+            timeout = max(0.0, min(self._next_poll - time.monotonic(), _MAX_WAIT))
+            self.cond.wait(timeout)
+
+    def _ready(self, now: float) -> bool:
+        return any(h != _NONE and self._cooldown.get(q, 0.0) <= now for q, h in self._hint.items())
+
+    def has_work(self) -> bool:
+        with self.cond:
+            return self._ready(time.monotonic())
+
+    def found_work(self, queue: str) -> None:
+        """Messages are there: invite idle dispatchers to help."""
+        with self.cond:
+            if queue in self._hint and self._hint[queue] != _WORK:
+                self._hint[queue] = _WORK
+                self.cond.notify_all()
+
+    def empty(self, queue: str, gen: int) -> None:
+        with self.cond:
+            if queue in self._hint and self._gen[queue] == gen:
+                self._hint[queue] = _NONE
+
+    def cool_down(self, queue: str, seconds: float) -> None:
+        with self.cond:
+            if queue in self._hint:
+                self._cooldown[queue] = time.monotonic() + seconds
+                self._hint[queue] = _POLL if not self.once else _NONE
+
+
+class _Dispatcher:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.thread: threading.Thread | None = None
+        self.busy_since: float | None = None  # start of the current stretch of work
+        self.last_work = time.monotonic()  # last time a call dispatched a message
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class Worker:
+    """Dispatch messages of queues with callbacks to their procedures (see the module doc)."""
+
+    def __init__(self, dsn: str, queues: Iterable[str] | None = None, *,
+                 min_workers: int = MIN_WORKERS, max_workers: int = MAX_WORKERS,
+                 start_delay: float = START_DELAY, idle_timeout: float = IDLE_TIMEOUT,
+                 naptime_ms: int = NAPTIME_MS, batch: int = BATCH,
+                 refresh_interval: float = REFRESH_INTERVAL, max_backoff: float = 5.0,
+                 logger: logging.Logger | None = None) -> None:
+        if min_workers < 1:
+            raise ValueError("min_workers must be at least 1")
+        if max_workers < min_workers:
+            raise ValueError("max_workers must be at least min_workers")
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        if naptime_ms < 1:
+            raise ValueError("naptime_ms must be at least 1")
+        if start_delay < 0 or idle_timeout < 0 or refresh_interval <= 0 or max_backoff <= 0:
+            raise ValueError("start_delay and idle_timeout cannot be negative; "
+                             "refresh_interval and max_backoff must be positive")
+        self.dsn = dsn
+        self.fixed_queues = list(dict.fromkeys(queues)) if queues else None
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.start_delay = start_delay
+        self.idle_timeout = idle_timeout
+        self.naptime = naptime_ms / 1000.0
+        self.batch = batch
+        self.refresh_interval = refresh_interval
+        self.max_backoff = max_backoff
+        self.logger = logger or log
+
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # pool and totals
+        self._totals = Totals()
+        self._pool: list[_Dispatcher] = []
+        self._seq = 0
+        self._threads: list[threading.Thread] = []
+        self._sched = _Scheduler(self.naptime, once=False)
+        self._queues_version = 0
+        self._started_at = 0.0
+        self._mode: str | None = None
+        self._summary_logged = False
+        self.peak_workers = 0
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def totals(self) -> Totals:
+        with self._lock:
+            return Totals(**asdict(self._totals))
+
+    @property
+    def workers(self) -> int:
+        """How many dispatcher threads are running now."""
+        with self._lock:
+            return len(self._pool)
+
+    @property
+    def queues(self) -> list[str]:
+        with self._sched.cond:
+            return list(self._sched.queues)
+
+    def start(self) -> Worker:
+        """Start the listener, the supervisor and min_workers dispatchers; return at once.
+        Raises psycopg.Error when the database cannot be reached at all."""
+        self._begin("daemon", once=False)
+        self._spawn_thread(self._run_listener, "pgmq-worker-listener")
+        self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
+        for _ in range(self.min_workers):
+            self._add_dispatcher()
+        return self
+
+    def request_stop(self) -> None:
+        """Stop taking new messages; in-flight callbacks go on. Safe from any thread."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._sched.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a stop is requested (True) or timeout passes (False)."""
+        return self._stop.wait(timeout)
+
+    def stop(self, timeout: float | None = None) -> Totals:
+        """Stop taking messages, wait for in-flight callbacks (up to timeout), close the
+        connections and log the summary. Returns the totals."""
+        self.request_stop()
+        self._join(timeout)
+        self._log_summary()
+        return self.totals
+
+    def run_until_idle(self, timeout: float | None = None) -> Totals:
+        """Dispatch with min_workers threads (more under load, as in start()) until no queue has
+        an eligible message, then return the totals. No listener: nothing new is awaited."""
+        self._begin("once", once=True)
+        self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
+        for _ in range(self.min_workers):
+            self._add_dispatcher()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.workers and not self._stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        return self.stop()
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _emit(self, level: int, event: str, **fields: Any) -> None:
+        self.logger.log(level, event, extra={"fields": fields})
+
+    def _begin(self, mode: str, once: bool) -> None:
+        if self._mode is not None:
+            raise RuntimeError("a Worker runs once: create a new one")
+        self._mode = mode
+        self._sched = _Scheduler(self.naptime, once=once)
+        self._started_at = time.monotonic()
+        queues = self._load_queues()  # raises when the server is unreachable
+        self._sched.set_queues(queues)
+        self._emit(logging.INFO, "started", mode=mode, queues=queues,
+                   min_workers=self.min_workers, max_workers=self.max_workers,
+                   start_delay=self.start_delay, idle_timeout=self.idle_timeout,
+                   naptime_ms=round(self.naptime * 1000), batch=self.batch)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT,
+                               fallback_application_name=_APP_NAME)
+
+    def _reconnect(self, who: str) -> psycopg.Connection[Any] | None:
+        """Connect, retrying with exponential backoff and jitter; None if stopped meanwhile."""
+        delay, attempts, began = 0.1, 0, time.monotonic()
+        while not self._stop.is_set():
+            attempts += 1
+            try:
+                conn = self._connect()
+            except psycopg.Error as exc:
+                # a long outage stays visible at INFO: attempts 8, 16, 32, ... are warnings
+                level = logging.WARNING if attempts >= 8 and attempts & (attempts - 1) == 0 else logging.DEBUG
+                self._emit(level, "connect_failed", worker=who, attempt=attempts,
+                           error=_first_line(exc))
+                self._stop.wait(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self.max_backoff)
+                continue
+            if attempts > 1:
+                with self._lock:
+                    self._totals.reconnects += 1
+                self._emit(logging.INFO, "reconnected", worker=who, attempts=attempts,
+                           seconds=round(time.monotonic() - began, 3))
+            return conn
+        return None
+
+    def _spawn_thread(self, target: Any, name: str, *args: Any) -> threading.Thread:
+        # daemon threads: a second SIGTERM/SIGINT may end the process without waiting for them
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+        return t
+
+    def _join(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                return
+            for t in alive:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                t.join(left)
+            if deadline is not None and time.monotonic() >= deadline:
+                self._emit(logging.WARNING, "stop_timeout", threads=[t.name for t in alive if t.is_alive()])
+                return
+
+    def _log_summary(self) -> None:
+        with self._lock:
+            if self._summary_logged:
+                return
+            self._summary_logged = True
+            t = Totals(**asdict(self._totals))
+        self._emit(logging.INFO, "summary", mode=self._mode, done=t.done, failed=t.failed,
+                   errors=t.errors, reconnects=t.reconnects, peak_workers=self.peak_workers,
+                   seconds=round(time.monotonic() - self._started_at, 3))
+
+    def _load_queues(self) -> list[str]:
+        """The queues to serve: the given ones, else every queue with a callback."""
+        with self._connect() as conn:
+            registered = [r[0] for r in conn.execute(
+                "SELECT queue_name FROM pgmq.list_callbacks() ORDER BY queue_name")]
+        if self.fixed_queues is None:
+            return registered
+        for q in self.fixed_queues:
+            if q not in registered:
+                self._emit(logging.WARNING, "no_callback", queue=q)
+        return list(self.fixed_queues)
+
+    # -- supervisor: queue list and pool growth -------------------------------------------
+
+    def _run_supervisor(self) -> None:
+        next_refresh = time.monotonic() + self.refresh_interval
+        tick = min(0.25, max(0.02, self.start_delay / 4))
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            if self.fixed_queues is None and now >= next_refresh and self._mode == "daemon":
+                next_refresh = now + self.refresh_interval
+                self._refresh_queues()
+            self._maybe_grow(now)
+
+    def _refresh_queues(self) -> None:
+        try:
+            queues = self._load_queues()
+        except psycopg.Error as exc:
+            self._emit(logging.WARNING, "refresh_failed", error=_first_line(exc))
+            return
+        if queues != self.queues:
+            added = sorted(set(queues) - set(self.queues))
+            removed = sorted(set(self.queues) - set(queues))
+            self._sched.set_queues(queues)
+            with self._lock:
+                self._queues_version += 1
+            self._emit(logging.INFO, "queues", queues=queues, added=added, removed=removed)
+
+    def _maybe_grow(self, now: float) -> None:
+        with self._lock:
+            n = len(self._pool)
+            if not n or n >= self.max_workers or self._stop.is_set():
+                return
+            if not all(d.busy_since is not None and now - d.busy_since >= self.start_delay
+                       for d in self._pool):
+                return
+        self._add_dispatcher(reason="busy")
+
+    def _add_dispatcher(self, reason: str | None = None) -> None:
+        with self._lock:
+            self._seq += 1
+            d = _Dispatcher(f"w{self._seq}")
+            self._pool.append(d)
+            n = len(self._pool)
+            self.peak_workers = max(self.peak_workers, n)
+        d.thread = self._spawn_thread(self._run_dispatcher, f"pgmq-worker-{d.name}", d)
+        if reason:
+            self._emit(logging.INFO, "scale_up", worker=d.name, workers=n)
+
+    def _retire(self, d: _Dispatcher) -> bool:
+        """Leave the pool when idle too long and above min_workers (or always, in once mode
+        when nothing is left, or when stopping)."""
+        with self._lock:
+            if not self._stop.is_set():
+                if self._mode == "once":
+                    if self._sched.has_work():
+                        return False
+                elif (time.monotonic() - d.last_work < self.idle_timeout
+                      or len(self._pool) <= self.min_workers):
+                    return False
+                else:
+                    self._pool.remove(d)
+                    n = len(self._pool)
+                    self._emit(logging.INFO, "scale_down", worker=d.name, workers=n)
+                    return True
+            self._pool.remove(d)
+            return True
+
+    # -- dispatchers ----------------------------------------------------------------------
+
+    def _run_dispatcher(self, d: _Dispatcher) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while not self._stop.is_set():
+                if conn is None:
+                    conn = self._reconnect(d.name)
+                    if conn is None:
+                        break
+                pick = self._sched.take()
+                if pick is None:
+                    d.busy_since = None
+                    if self._retire(d):
+                        return
+                    self._sched.wait()
+                    continue
+                if d.busy_since is None:
+                    d.busy_since = time.monotonic()
+                try:
+                    self._turn(conn, d, *pick)
+                except _Disconnected:
+                    _close(conn)
+                    conn = None
+                except Exception:  # a bug of ours: log it, start afresh, keep serving
+                    self.logger.exception("internal_error", extra={"fields": {"worker": d.name}})
+                    _close(conn)
+                    conn = None
+                    self._stop.wait(1.0)
+        finally:
+            _close(conn)
+            with self._lock:
+                if d in self._pool:
+                    self._pool.remove(d)
+
+    def _turn(self, conn: psycopg.Connection[Any], d: _Dispatcher, queue: str, gen: int) -> None:
+        """Up to `batch` messages of one queue, each in its own transaction."""
+        done = failed = 0
+        began = time.monotonic()
+        confirm = self._sched.once  # in once mode, NULL twice in a row before calling it drained
+        outcome: str | None = None
+        try:
+            while done + failed < self.batch and not self._stop.is_set():
+                try:
+                    outcome = conn.execute("SELECT pgmq._dispatch_one(%s)", (queue,)).fetchone()[0]
+                except psycopg.Error as exc:
+                    with self._lock:
+                        self._totals.errors += 1
+                    if conn.broken or conn.closed:
+                        self._emit(logging.WARNING, "disconnected", worker=d.name, queue=queue,
+                                   error=_first_line(exc))
+                        self._sched.wake(queue)  # somebody must look again
+                        raise _Disconnected from exc
+                    self._emit(logging.ERROR, "dispatch_error", worker=d.name, queue=queue,
+                               sqlstate=exc.sqlstate, error=_first_line(exc))
+                    self._sched.cool_down(queue, min(self.refresh_interval, 5.0))
+                    return
+                if outcome is None:
+                    # NULL may mean the call only recorded a rolled-back attempt or dead-lettered
+                    # something (both skip the message in that transaction): in once mode look
+                    # again before calling the queue drained; a daemon polls again anyway.
+                    if confirm:
+                        confirm = False
+                        continue
+                    self._sched.empty(queue, gen)
+                    return
+                confirm = self._sched.once
+                if outcome == "done":
+                    done += 1
+                else:
+                    failed += 1
+                with self._lock:
+                    if outcome == "done":
+                        self._totals.done += 1
+                    else:
+                        self._totals.failed += 1
+                d.last_work = time.monotonic()
+                if done + failed == 1:
+                    self._sched.found_work(queue)
+            if done + failed >= self.batch:
+                self._sched.found_work(queue)  # a full batch: more is likely waiting
+        finally:
+            if done or failed:
+                self._emit(logging.INFO, "dispatched", worker=d.name, queue=queue, done=done,
+                           failed=failed, ms=round((time.monotonic() - began) * 1000))
+
+    # -- listener -------------------------------------------------------------------------
+
+    def _run_listener(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        channels: dict[str, str] = {}  # channel -> queue
+        version = -1
+        try:
+            while not self._stop.is_set():
+                if conn is None:
+                    conn = self._reconnect("listener")
+                    if conn is None:
+                        break
+                    channels, version = {}, -1
+                try:
+                    with self._lock:
+                        current = self._queues_version
+                    if version != current:
+                        channels = self._sync_listen(conn, channels)
+                        version = current
+                        self._sched.wake()  # notifications may have been missed meanwhile
+                    for n in conn.notifies(timeout=_LISTEN_SLICE):
+                        queue = channels.get(n.channel)
+                        if queue is not None:
+                            self._sched.wake(queue)
+                except psycopg.Error as exc:
+                    if conn.broken or conn.closed:
+                        self._emit(logging.WARNING, "disconnected", worker="listener",
+                                   error=_first_line(exc))
+                        _close(conn)
+                        conn = None
+                    else:
+                        self._emit(logging.ERROR, "listener_error", sqlstate=exc.sqlstate,
+                                   error=_first_line(exc))
+                        self._stop.wait(1.0)
+        finally:
+            _close(conn)
+
+    def _sync_listen(self, conn: psycopg.Connection[Any], channels: dict[str, str]) -> dict[str, str]:
+        queues = self.queues
+        wanted = {f"pgmq.q_{q}.INSERT": q for q in queues}
+        for ch in set(channels) - set(wanted):
+            conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(ch)))
+        enabled = {r[0] for r in conn.execute("SELECT queue_name FROM pgmq.list_notify_insert_throttles()")}
+        for ch, q in wanted.items():
+            if ch not in channels:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
+            if q not in enabled:
+                try:
+                    conn.execute("SELECT pgmq.enable_notify_insert(%s, 0)", (q,))
+                except psycopg.Error as exc:
+                    if conn.broken or conn.closed:
+                        raise
+                    self._emit(logging.WARNING, "notify_enable_failed", queue=q,
+                               sqlstate=exc.sqlstate, error=_first_line(exc))
+                else:
+                    self._emit(logging.INFO, "notify_enabled", queue=q, throttle_ms=0)
+        return wanted
+
+
+def _close(conn: psycopg.Connection[Any] | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection: nothing left to do
+            pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- logging and the command line --------------------------------------------------------------
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, event, then the record's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        for key, value in getattr(record, "fields", {}).items():
+            if value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """`ts level event key=value ...`"""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+        parts = [ts, record.levelname.lower(), record.getMessage()]
+        parts += [f"{k}={v}" for k, v in getattr(record, "fields", {}).items() if v is not None]
+        text = " ".join(parts)
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
+            log_format: str = "json", **options: Any) -> int:
+    """What `pgmq-build worker` does: log to stderr, run until SIGTERM/SIGINT (or, with once,
+    until idle), return the exit code. A second signal exits at once (status 1): the server
+    rolls the in-flight messages back, and the next dispatch counts the attempt."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+    try:
+        worker = Worker(dsn, list(queues) or None, **options)
+    except ValueError as exc:
+        log.error("bad_options", extra={"fields": {"error": str(exc)}})
+        return 2
+
+    signals = 0
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            os.write(2, b'{"level": "error", "event": "forced_exit"}\n')
+            os._exit(1)
+        # Logging and locks are not safe inside a signal handler: hand over to a thread.
+        threading.Thread(target=_stop_on_signal, args=(worker, signal.Signals(signum).name),
+                         daemon=True).start()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if once:
+            totals = worker.run_until_idle()
+            return 1 if totals.errors else 0
+        worker.start()
+        while not worker.wait(0.5):
+            pass
+        worker.stop()
+        return 0
+    except psycopg.Error as exc:
+        log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
+        return 1
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _stop_on_signal(worker: Worker, name: str) -> None:
+    worker._emit(logging.INFO, "stopping", signal=name)
+    worker.request_stop()

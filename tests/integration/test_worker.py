@@ -1,0 +1,305 @@
+"""The callback worker (pgmq_build.worker, `pgmq-build worker`): every committed message's
+callback commits exactly once, across several dispatchers, signals, SIGKILL and server restarts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from pgmq_build.cli import main
+from pgmq_build.cluster import TempCluster
+from pgmq_build.worker import Worker
+from tests.helpers import column, scalar
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The callback records each committed run; {"fail": true} raises (its insert is rolled back),
+# {"sleep": s} makes it slow.
+SETUP = """
+CREATE TABLE public.handled (n int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE PROCEDURE public.handle(msg jsonb) LANGUAGE plpgsql AS $$
+BEGIN
+    IF msg ? 'sleep' THEN
+        PERFORM pg_sleep((msg->>'sleep')::float8);
+    END IF;
+    INSERT INTO public.handled (n) VALUES ((msg->>'n')::int);
+    IF msg ? 'fail' THEN
+        RAISE EXCEPTION 'handler failed for %', msg->>'n';
+    END IF;
+END $$;
+CALL pgmq.create_queue('dead');
+"""
+
+
+def setup_db(conn: psycopg.Connection, retries: int | None = 2, delay: int = 0) -> None:
+    conn.execute(SETUP)
+    if retries is None:
+        conn.execute("SELECT pgmq.create('work')")
+    else:
+        conn.execute("CALL pgmq.create_queue('work', 'N', 'dead', %s, %s)", (retries, delay))
+    conn.execute("CALL pgmq.register_callback('work', 'public.handle(jsonb)')")
+
+
+@pytest.fixture
+def cb(conn: psycopg.Connection) -> psycopg.Connection:
+    setup_db(conn)
+    return conn
+
+
+def send_n(conn: psycopg.Connection, n: int, start: int = 1, queue: str = "work", **extra: object) -> None:
+    conn.execute(
+        "SELECT pgmq.send_batch(%s, (SELECT array_agg(jsonb_build_object('n', g) || %s::jsonb) "
+        "FROM generate_series(%s::int, %s::int) g))",
+        (queue, json.dumps(extra), start, start + n - 1))
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def assert_exactly_once(conn: psycopg.Connection, expected: set[int]) -> None:
+    dupes = conn.execute("SELECT n, count(*) FROM public.handled GROUP BY n HAVING count(*) > 1").fetchall()
+    assert dupes == [], f"callbacks committed twice: {dupes}"
+    assert set(column(conn, "SELECT n FROM public.handled")) == expected
+
+
+def in_flight(conn: psycopg.Connection) -> int:
+    return scalar(conn, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%_dispatch_one%%' "
+                        "AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
+
+
+class Events(logging.Handler):
+    """Collects (event, fields) from a Worker's logger."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, dict]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((record.getMessage(), dict(getattr(record, "fields", {}))))
+
+    def names(self) -> list[str]:
+        return [e for e, _ in self.seen]
+
+
+@pytest.fixture
+def events(request: pytest.FixtureRequest) -> Iterator[tuple[logging.Logger, Events]]:
+    logger = logging.getLogger(f"test_worker.{request.node.name}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    handler = Events()
+    logger.addHandler(handler)
+    yield logger, handler
+    logger.removeHandler(handler)
+
+
+def spawn(dsn: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "pgmq_build", "worker", "--dsn", dsn, *args],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def json_lines(stderr: str) -> list[dict]:
+    lines = [json.loads(line) for line in stderr.splitlines() if line.strip()]
+    for d in lines:
+        assert {"ts", "level", "event"} <= d.keys()
+    return lines
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+
+def test_each_message_runs_once_with_several_workers(cb, dsn, events):
+    logger, ev = events
+    send_n(cb, 150)
+    with Worker(dsn, min_workers=4, max_workers=4, naptime_ms=50, batch=7, logger=logger) as w:
+        for start in range(151, 301, 30):  # more arrive while it runs, one transaction each
+            send_n(cb, 30, start=start)
+        wait_for(lambda: scalar(cb, "SELECT count(*) FROM public.handled") >= 300, what="300 callbacks")
+        wait_for(lambda: w.totals.done == 300, what="totals")
+        assert w.workers == 4
+    assert_exactly_once(cb, set(range(1, 301)))
+    assert scalar(cb, "SELECT count(*) FROM pgmq.q_work") == 0
+    assert w.totals.done == 300 and w.totals.failed == 0
+    assert ("notify_enabled", {"queue": "work", "throttle_ms": 0}) in ev.seen
+    assert scalar(cb, "SELECT throttle_interval_ms FROM pgmq.list_notify_insert_throttles() "
+                      "WHERE queue_name = 'work'") == 0
+    assert len({f["worker"] for e, f in ev.seen if e == "dispatched"}) > 1
+    assert ev.names()[-1] == "summary" and ev.seen[-1][1]["done"] == 300
+
+
+def test_notification_wakes_an_idle_worker_before_its_naptime(cb, dsn):
+    with Worker(dsn, min_workers=1, max_workers=1, naptime_ms=10_000) as w:
+        wait_for(lambda: scalar(cb, "SELECT count(*) FROM pgmq.list_notify_insert_throttles()") == 1,
+                 what="notifications enabled")
+        time.sleep(0.3)  # past the first poll: from now on only a notification wakes it
+        sent = time.monotonic()
+        send_n(cb, 1)
+        wait_for(lambda: w.totals.done == 1, timeout=3, what="the callback")
+        assert time.monotonic() - sent < 1.0  # the next poll would be 10 s away
+
+
+def test_new_registrations_are_picked_up(cb, dsn, events):
+    logger, ev = events
+    with Worker(dsn, min_workers=1, refresh_interval=0.2, logger=logger) as w:
+        assert w.queues == ["work"]
+        cb.execute("SELECT pgmq.create('late')")
+        cb.execute("CALL pgmq.register_callback('late', 'public.handle(jsonb)')")
+        send_n(cb, 3, queue="late")
+        wait_for(lambda: w.totals.done == 3, what="the late queue's messages")
+    assert ("queues", {"queues": ["late", "work"], "added": ["late"], "removed": []}) in ev.seen
+
+
+def test_failures_retry_after_the_policy_delay_then_dead_letter(conn, dsn):
+    setup_db(conn, retries=2, delay=1)
+    conn.execute("""SELECT pgmq.send('work', '{"n": 1, "fail": true}')""")
+    send_n(conn, 2, start=2)
+    began = time.monotonic()
+    with Worker(dsn, min_workers=2, naptime_ms=50) as w:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM pgmq.q_dead") == 1, what="the dead letter")
+        elapsed = time.monotonic() - began
+    assert elapsed >= 2.0  # attempts at ~0 s, ~1 s, ~2 s
+    assert w.totals.failed == 3 and w.totals.done == 2
+    assert_exactly_once(conn, {2, 3})  # the failing callback's inserts were rolled back
+    dl = scalar(conn, "SELECT headers->'x-pgmq-dead-letter' FROM pgmq.q_dead")
+    assert dl["reason"] == "callback" and dl["attempts"] == 3 and dl["last_error"] == "handler failed for 1"
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_work") == 0
+
+
+def test_once_exits_zero_when_drained(cb, dsn):
+    send_n(cb, 40)
+    cb.execute("""SELECT pgmq.send('work', '{"n": 0, "fail": true}')""")
+    proc = spawn(dsn, "--once", "--min-workers", "2", "--batch", "10")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    lines = json_lines(err)
+    assert lines[-1]["event"] == "summary"
+    assert (lines[-1]["done"], lines[-1]["failed"], lines[-1]["errors"]) == (40, 3, 0)
+    assert_exactly_once(cb, set(range(1, 41)))
+    assert scalar(cb, "SELECT count(*) FROM pgmq.q_work") == 0
+    assert scalar(cb, "SELECT count(*) FROM pgmq.q_dead") == 1
+
+
+def test_once_reports_errors_with_status_1(cb, dsn):
+    cb.execute("SELECT pgmq.create('nocb')")
+    proc = spawn(dsn, "--once", "--queue", "nocb", "--log-format", "text")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert " no_callback queue=nocb" in err and " dispatch_error " in err and "sqlstate=42704" in err
+
+
+def test_sigterm_lets_in_flight_callbacks_finish_and_exits_zero(cb, dsn):
+    send_n(cb, 6, sleep=1)
+    proc = spawn(dsn, "--min-workers", "2", "--max-workers", "2")
+    try:
+        wait_for(lambda: in_flight(cb) == 2, what="two callbacks in flight")
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert time.monotonic() - signalled < 3.0
+    events = [d["event"] for d in json_lines(err)]
+    assert "stopping" in events and events[-1] == "summary"
+    handled = column(cb, "SELECT n FROM public.handled")
+    assert len(handled) >= 2  # the in-flight ones completed...
+    # ...and nothing was interrupted: the rest were never attempted
+    left = cb.execute("SELECT (message->>'n')::int, read_ct FROM pgmq.q_work").fetchall()
+    assert sorted(handled + [n for n, _ in left]) == list(range(1, 7))
+    assert all(read_ct == 0 for _, read_ct in left)
+    assert json_lines(err)[-1]["done"] == len(handled)
+
+
+def test_sigkill_mid_callback_loses_nothing(cb, dsn):
+    send_n(cb, 12, sleep=0.3)
+    # the server notices the dead client within 100 ms and rolls the in-flight callbacks back
+    proc = spawn(f"{dsn} options='-c client_connection_check_interval=100'", "--min-workers", "3")
+    try:
+        wait_for(lambda: scalar(cb, "SELECT count(*) FROM public.handled") >= 3 and in_flight(cb) >= 2,
+                 what="callbacks done and in flight")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    wait_for(lambda: scalar(cb, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%_dispatch_one%%' "
+                                "AND state = 'active' AND pid <> pg_backend_pid()") == 0,
+             what="the orphaned backends to end")
+    attempted = scalar(cb, "SELECT count(*) FROM pgmq.q_work WHERE xmax <> 0")
+    assert attempted >= 1  # messages whose callback was cut short, waiting to be counted
+    totals = Worker(dsn, min_workers=3).run_until_idle(timeout=30)
+    assert totals.errors == 0
+    assert_exactly_once(cb, set(range(1, 13)))
+    assert scalar(cb, "SELECT count(*) FROM pgmq.q_work") == 0
+    assert scalar(cb, "SELECT count(*) FROM pgmq.q_dead") == 0
+
+
+@pytest.mark.slow
+def test_server_restart_worker_reconnects_and_finishes(pg_cluster, events):
+    # our own server: restarting the session's would disturb the other tests
+    logger, ev = events
+    with TempCluster() as cluster:
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pgmq")
+            setup_db(admin, retries=None)
+            send_n(admin, 60, sleep=0.05)
+        w = Worker(dsn, min_workers=2, naptime_ms=100, max_backoff=0.5, logger=logger).start()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                wait_for(lambda: scalar(admin, "SELECT count(*) FROM public.handled") >= 10, what="progress")
+            cluster.pg_ctl("restart")
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                send_n(admin, 20, start=61)  # after the restart: found through the new LISTEN
+                wait_for(lambda: scalar(admin, "SELECT count(*) FROM pgmq.q_work") == 0, timeout=30,
+                         what="the queue to drain")
+                w.stop()
+                assert_exactly_once(admin, set(range(1, 81)))
+        finally:
+            w.stop()
+    names = ev.names()
+    assert "disconnected" in names and "reconnected" in names
+    listener = [f for e, f in ev.seen if e == "reconnected" and f["worker"] == "listener"]
+    assert listener, "the listener reconnected too"
+    assert w.totals.reconnects >= 3 and w.totals.done >= 80
+
+
+def test_pool_scales_up_when_busy_and_back_down_when_idle(cb, dsn, events):
+    logger, ev = events
+    send_n(cb, 16, sleep=0.25)
+    with Worker(dsn, min_workers=1, max_workers=3, start_delay=0.3, idle_timeout=0.8,
+                naptime_ms=50, logger=logger) as w:
+        wait_for(lambda: w.workers == 3, what="the pool to grow to 3")
+        wait_for(lambda: w.totals.done == 16, what="the work")
+        wait_for(lambda: w.workers == 1, timeout=5, what="the pool to shrink to 1")
+        time.sleep(0.3)
+        assert w.peak_workers == 3 and w.workers == 1
+    assert_exactly_once(cb, set(range(1, 17)))
+    ups = [f["workers"] for e, f in ev.seen if e == "scale_up"]
+    downs = [f["workers"] for e, f in ev.seen if e == "scale_down"]
+    assert ups == [2, 3] and downs == [2, 1]
+
+
+def test_cli_validates_options():
+    runner = CliRunner()
+    result = runner.invoke(main, ["worker", "--dsn", "x", "--min-workers", "4", "--max-workers", "2"])
+    assert result.exit_code == 2 and "--max-workers" in result.output
+    result = runner.invoke(main, ["worker", "--dsn", "x", "--log-format", "xml"])
+    assert result.exit_code == 2
+    with pytest.raises(ValueError):
+        Worker("x", min_workers=0)
