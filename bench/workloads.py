@@ -310,6 +310,23 @@ def raw_send_topic(cur: psycopg.Cursor) -> int:
     return cur.fetchone()[0]
 
 
+# --- the worker's unit of work (issue: worker throughput on a no-op callback) ------------------
+
+def reset_dispatch_queue(conn: psycopg.Connection, side: str) -> None:
+    """A fresh queue with a no-op callback registered (pgmq side)."""
+    reset_queue(conn, side)
+    if side == PGMQ:
+        conn.execute("CREATE OR REPLACE PROCEDURE public.bench_noop(msg jsonb) LANGUAGE sql AS ''")
+        conn.execute("CALL pgmq.register_callback(%s, 'public.bench_noop(jsonb)')", (QUEUE,))
+
+
+def pgmq_dispatch_one(cur: psycopg.Cursor) -> int:
+    """What each `pgmq-build worker` thread runs per message: claim, CALL the callback in a
+    subtransaction, delete, commit (autocommit: one transaction)."""
+    cur.execute("SELECT pgmq._dispatch_one(%s)", (QUEUE,))
+    return 1 if cur.fetchone()[0] is not None else 0
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -348,6 +365,11 @@ WORKLOADS: list[Workload] = [
       for name, fn in (("fifo_read_grouped", "read_grouped"),
                        ("fifo_read_grouped_rr", "read_grouped_rr"),
                        ("fifo_read_grouped_head", "read_grouped_head"))),
+    Workload("worker_dispatch",
+             "pgmq._dispatch_one(q): a pgmq-build worker's per-message transaction, no-op callback | "
+             "DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_dispatch_one, raw_consume_one, consumes=True, reset=reset_dispatch_queue,
+             optional=True),
     Workload("send_topic",
              f"pgmq.send_topic('{TOPIC_KEY}', m), 4 bindings, {TOPIC_COPIES} match | "
              f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",
