@@ -20,7 +20,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo bench
+.PHONY: deps generate gates test demo demo-spark bench
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -32,7 +32,7 @@ generate:
 gates:
 	$(BUILD_PY) -m pgmq_build check
 	$(BUILD_PY) -m pgmq_build lint
-	$(BUILD_PY) -m ruff check pgmq_build tests bench
+	$(BUILD_PY) -m ruff check pgmq_build tests bench pyspark_pgmq.py
 
 # The README's test command: set-up, install, static gates, then the whole suite.
 test: deps
@@ -44,6 +44,10 @@ test: deps
 demo: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build demo $(if $(DSN),--dsn "$(DSN)")
+
+demo-spark: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build demo --spark $(if $(DSN),--dsn "$(DSN)")
 
 bench: deps
 	$(MAKE) --no-print-directory install

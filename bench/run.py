@@ -416,6 +416,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("thread", "process"), default="thread",
                    help="how clients run: threads (default) or processes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--spark-rows", type=int, default=200_000,
+                   help="rows for the Spark publish/consume cells (0 skips them; default 200000)")
     args = p.parse_args(argv)
     try:
         args.clients = [int(x) for x in args.clients.split(",") if x.strip()]
@@ -473,6 +475,14 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
                         if not (w.optional and exc.sqlstate):
                             raise
                         log(f"{w.name}: teardown failed: {short_error(exc)}")
+        spark_results = []
+        if args.spark_rows:  # Spark publish and consume throughput (needs the spark extra and Java)
+            try:
+                from pgmq_build.spark.bench import run as spark_bench
+            except ImportError as exc:
+                log(f"spark: unavailable ({exc})")
+            else:
+                spark_results = spark_bench(bench_dsn, rows=args.spark_rows, log=log)
     finally:
         clients_impl.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # leave nothing behind on a --dsn server
@@ -488,6 +498,12 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
     print()
     print(format_table(cells))
     print()
+    if spark_results:
+        print("Spark connector on local[2] (rows/s, no baseline: the COPY path is the server's own rate):")
+        for r in spark_results:
+            print(f"  {r.name:<30} {r.rows_per_s:>10,.0f} rows/s  ({r.rows:,} rows, {r.seconds:.2f} s)  "
+                  f"{r.description}")
+        print()
     print("msgs/s = messages handled by all clients / wall time; ratio < 1: pgmq is slower "
           "than the plain-SQL baseline. Workloads (pgmq | raw):")
     width = max(len(w.name) for w in args.workloads)

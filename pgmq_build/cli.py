@@ -114,11 +114,17 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
 @main.command()
 @click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
-def demo(dsn: str | None, keep: bool) -> None:
+@click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
+def demo(dsn: str | None, keep: bool, spark: bool) -> None:
     """A narrated tour: create, send, read with a lease, archive, pop, metrics."""
     from .demo import run_demo
 
     try:
+        if spark:
+            from .spark.demo import run as run_spark_demo
+
+            run_spark_demo(dsn=dsn, echo=click.echo, keep=keep)
+            return
         run_demo(dsn=dsn, keep=keep, echo=click.echo)
     except Exception as exc:  # the demo's audience wants one clear line, not a traceback
         _fail(f"demo failed: {exc}")

@@ -33,7 +33,18 @@ if ! have_server || ! have_pgxs || ! have_partman; then
     fi
 fi
 
-echo "ensure-deps: installing the Python package and its test dependencies"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
-"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq" \
+if ! command -v java >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "ensure-deps: installing Java 17 for the Spark connector's tests"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null
+    else
+        echo "ensure-deps: java (17) is missing for the Spark tests: sudo apt-get install openjdk-17-jre-headless" >&2
+        exit 1
+    fi
+fi
+
+echo "ensure-deps: installing the Python package and its test and spark dependencies"
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test,spark]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq" \
     || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }

@@ -1,0 +1,109 @@
+"""PySpark connector for pgmq queues (extra ``[spark]``: pyspark >= 4.2, pyarrow, pandas < 3).
+
+A Python data source named ``"pgmq"`` (no JVM code, no jar). It is registered automatically
+through the top-level module ``pyspark_pgmq`` when this package is installed where the Spark
+driver's Python workers can import it, and explicitly by :func:`register`.
+
+Directions and their guarantees:
+
+* ``df.write.format("pgmq")`` publishes (``mode("append")``): at-least-once per task by
+  default; ``exactlyOnce=true`` stages rows and publishes the whole job in one transaction in the
+  driver's commit; ``idempotencyKey=K`` additionally makes a re-run of the same job a no-op.
+* ``spark.read.format("pgmq")`` snapshots the queue (or ``table=archive``) without changing it.
+* :func:`consume` claims messages (``pgmq.read`` with a visibility timeout) as competing
+  consumers, materialized exactly once; finish them with :func:`ack` or :func:`nack`.
+* ``spark.readStream.format("pgmq")`` is a log consumer (the queue's only consumer):
+  at-least-once, exactly-once end-to-end with an idempotent or transactional sink.
+* ``writeStream.format("pgmq")`` publishes exactly-once across restarts (committed batch ids are
+  recorded in ``pgmq_spark.sink_batches``).
+
+Options (case-insensitive):
+
+=====================  ======  ===========================================================
+option                 where   meaning
+=====================  ======  ===========================================================
+dsn                    all     libpq connection string or URL (required)
+user, password         all     added to dsn (Spark redacts a ``password`` option in plans
+                               and logs; a password inside ``dsn`` is not redacted)
+queue                  all     queue name
+table                  read    ``queue`` (default) or ``archive``
+numPartitions          read    Spark partitions (snapshot default: one per 100k msg_ids;
+                               stream default 2)
+messageColumn          write   JSON text, binary or struct/map/array column (``message``)
+headersColumn          write   JSON object column; default ``headers`` if present
+delayColumn            write   seconds (integer) or visibility timestamp; default ``delay``
+priorityColumn         write   integer, goes into header ``x-pgmq-priority``; default
+                               ``priority`` if present (lower is served first)
+exchange               write   publish through ``pgmq.publish(exchange, routing_key, ...)``
+routingKeyColumn       write   routing key column (``routing_key``); without ``exchange``
+                               the rows go through ``pgmq.send_topic``
+allowUnroutable        write   topic routing: drop rows no binding matches (default: fail)
+writeMode              write   ``copy`` (default; COPY into the queue table) or ``send``
+                               (every row through ``pgmq.send_batch``)
+exactlyOnce            write   batch default false, stream default true
+idempotencyKey         write   batch: publish a job with this key at most once
+createQueue            write   ``pgmq.create(queue)`` first (default false)
+sinkId                 stream  the stream sink's name in the progress table (default: the
+                               checkpoint location + the query id stored in it)
+stagingTable,          write   default ``pgmq_spark.staging`` / ``pgmq_spark.sink_batches``
+progressTable                  (created on first use)
+maxRowsPerBatch        stream  at most this many messages per micro-batch
+startingOffsets        stream  ``earliest`` (default) or ``latest``
+onCommit               stream  ``archive`` (default), ``delete`` or ``none``
+ackOnLatestOffset      stream  also ack when Spark plans the next batch (default true: the
+                               only way the last batch of an availableNow run is acked)
+safeOffsets            stream  wait for in-flight producers before advancing (default true)
+inflightWaitSeconds    stream  how long one trigger waits for them (default 5)
+respectVisibility      stream  hold back messages whose vt is in the future (default true)
+maxPendingMessages     stream  at most this many held-back ids in an offset (default 10000)
+=====================  ======  ===========================================================
+"""
+
+from __future__ import annotations
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("pgmq_build.spark needs the spark extra: pip install 'pgmq-build[spark]' "
+                      f"({exc})") from exc
+
+from ._pg import PgmqSparkError, cleanup_staging
+from .claims import Finished, ack, consume, nack
+from .source import PgmqDataSource
+
+__all__ = ["PgmqDataSource", "PgmqSparkError", "Finished", "register", "consume", "ack", "nack",
+           "publish", "cleanup_staging"]
+
+
+def register(spark) -> None:
+    """Register the "pgmq" data source on this SparkSession (idempotent)."""
+    spark.dataSource.register(PgmqDataSource)
+
+
+def publish(df, *, dsn: str, queue: str | None = None, message: str | None = None,
+            exactly_once: bool = False, **options: str) -> None:
+    """Publish a DataFrame: ``message`` names a column to send as is (JSON text or a struct); by
+    default every column but headers/delay/priority/routing_key becomes the JSON message,
+    serialized in the JVM with ``to_json``. Extra keyword options go to the writer."""
+    from pyspark.sql import functions as F
+
+    reserved = {options.get(k, d) for k, d in (("headersColumn", "headers"), ("delayColumn", "delay"),
+                                                ("priorityColumn", "priority"),
+                                                ("routingKeyColumn", "routing_key"))}
+    if message is None:
+        body = [c for c in df.columns if c not in reserved]
+        extra = [c for c in df.columns if c in reserved]
+        df = df.select(F.to_json(F.struct(*body)).alias("message"), *extra)
+    else:
+        dtype = df.schema[message].dataType.typeName()
+        if dtype != "string":
+            df = df.withColumn(message, F.to_json(F.col(message)))
+        options.setdefault("messageColumn", message)
+    register(df.sparkSession)
+    writer = df.write.format("pgmq").option("dsn", dsn).mode("append")
+    if queue is not None:
+        writer = writer.option("queue", queue)
+    if exactly_once:
+        writer = writer.option("exactlyOnce", "true")
+    writer.options(**{k: str(v) for k, v in options.items()}).save()

@@ -1,0 +1,178 @@
+"""Batch reading (non-destructive snapshot by msg_id ranges, and the claim used by consume()) and
+batch publishing (Arrow -> CSV -> COPY, at-least-once per task or exactly-once per job)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from . import _pg
+from .options import ReadSpec, WriteSpec
+
+log = logging.getLogger(__name__)
+
+# Default snapshot partition size (msg_id span) when numPartitions is not given.
+ROWS_PER_PARTITION = 100_000
+MAX_DEFAULT_PARTITIONS = 64
+
+
+@dataclass
+class RangePartition(InputPartition):
+    lo: int  # exclusive
+    hi: int  # inclusive
+
+
+@dataclass
+class ClaimPartition(InputPartition):
+    index: int
+    qty: int
+
+
+class SnapshotReader(DataSourceReader):
+    """Non-destructive read of the queue or archive table, split into msg_id ranges. Each
+    partition is its own read-only transaction; the upper bound is the largest msg_id at
+    planning time, so rows sent later are not included."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
+        with _pg.connect(spec.dsn, autocommit=True) as conn:
+            self.info = _pg.resolve_queue(conn, spec.queue)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with _pg.connect(self.spec.dsn, autocommit=True) as conn:
+            bounds = _pg.msg_id_bounds(conn, self.info, self.spec.table)
+        if bounds is None:
+            return [RangePartition(0, 0)]
+        first, last = bounds
+        n = self.spec.num_partitions or max(
+            1, min(MAX_DEFAULT_PARTITIONS, -(-(last - first + 1) // ROWS_PER_PARTITION)))
+        return [RangePartition(a, b) for a, b in _pg.split_range(first, last, n)]
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        if partition.hi <= partition.lo:
+            return
+        yield from _pg.read_range(self.spec.dsn, self.info, self.spec.table, partition.lo,
+                                  partition.hi)
+
+
+class ClaimReader(DataSourceReader):
+    """``pgmq.read(queue, vt, qty)`` in N partitions (FOR UPDATE SKIP LOCKED keeps them
+    disjoint). Every execution claims again: use pgmq_build.spark.consume(), which materializes
+    the result exactly once."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
+        with _pg.connect(spec.dsn, autocommit=True) as conn:
+            self.info = _pg.resolve_queue(conn, spec.queue)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        total = self.spec.claim_max
+        n = max(1, min(self.spec.num_partitions or 2, total))
+        return [ClaimPartition(i, total // n + (1 if i < total % n else 0)) for i in range(n)]
+
+    def read(self, partition: ClaimPartition) -> Iterator[pa.RecordBatch]:
+        assert self.spec.claim_vt is not None
+        yield from _pg.claim(self.spec.dsn, self.info, self.spec.claim_vt, partition.qty,
+                             self.spec.conditional)
+
+
+# ----------------------------------------------------------------------------- publishing
+
+@dataclass
+class Published(WriterCommitMessage):
+    part_id: str
+    rows: int
+
+
+def target_of(spec: WriteSpec) -> _pg.Target:
+    """Resolve (driver side) where rows go; checks that the queue exists."""
+    if spec.routed:
+        if spec.exchange:
+            with _pg.connect(spec.dsn, autocommit=True) as conn:
+                found = conn.execute("SELECT to_regprocedure("
+                                     "'pgmq.publish(text, text, jsonb, jsonb, integer)')").fetchone()[0]
+            if found is None:
+                raise _pg.PgmqSparkError("option exchange needs pgmq.publish(exchange_name, "
+                                         "routing_key, msg, headers, delay), which this pgmq "
+                                         "build lacks")
+        return _pg.Target(exchange=spec.exchange, routed=True,
+                          allow_unroutable=spec.allow_unroutable)
+    assert spec.queue is not None
+    with _pg.connect(spec.dsn, autocommit=True) as conn:
+        info = _pg.resolve_queue(conn, spec.queue, create=spec.create_queue)
+    return _pg.Target(queue=info)
+
+
+def prepare_staging(spec: WriteSpec, with_progress: bool) -> None:
+    with _pg.connect(spec.dsn, autocommit=True) as conn:
+        _pg.ensure_tables(conn, spec.staging_table, spec.progress_table if with_progress else None)
+
+
+def publish_task(spec: WriteSpec, target: _pg.Target, batches: Iterator[pa.RecordBatch],
+                 job_id: str | None) -> Published:
+    """One Spark task: every row of the partition in one transaction, either straight into the
+    target (job_id None) or into the staging table under job_id."""
+    part_id = _pg.new_id()
+    rows = 0
+    with _pg.connect(spec.dsn) as conn, conn.cursor() as cur:
+        clock = _pg.Clock(cur)
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            enc = _pg.encode(batch, spec.columns, clock.now(), routed=spec.routed)
+            if job_id is not None:
+                rows += _pg.stage_rows(cur, spec.staging_table, job_id, part_id, rows, enc)
+            elif spec.routed:
+                rows += _pg.route_rows(cur, enc, spec.exchange, spec.allow_unroutable)
+            elif spec.write_mode == "send":
+                assert target.queue is not None
+                rows += _pg.send_batch_rows(cur, target.queue.queue, enc)
+            else:
+                assert target.queue is not None
+                rows += _pg.copy_rows(cur, target.queue, enc)
+        conn.commit()
+    return Published(part_id, rows)
+
+
+class PublishWriter(DataSourceArrowWriter):
+    """``df.write.format("pgmq")``. Default: each task publishes its rows in one transaction
+    (at-least-once: a retried task publishes its rows again). exactlyOnce=true: tasks stage
+    their rows, and the driver's commit() publishes the parts of the successful task attempts
+    in one transaction (all or nothing for the job); with idempotencyKey, a job that already
+    committed under that key publishes nothing."""
+
+    def __init__(self, spec: WriteSpec) -> None:
+        self.spec = spec
+        self.target = target_of(spec)
+        self.job_id = _pg.new_id() if spec.exactly_once else None
+        if spec.exactly_once:
+            prepare_staging(spec, with_progress=spec.idempotency_key is not None)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        return publish_task(self.spec, self.target, iterator, self.job_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.job_id is None:
+            return
+        parts = [(m.part_id, m.rows) for m in messages if isinstance(m, Published)]
+        key = self.spec.idempotency_key
+        done, rows = _pg.commit_staged(
+            self.spec.dsn, self.spec.staging_table, self.job_id, parts, self.target,
+            progress=self.spec.progress_table if key else None,
+            sink_id=f"batch:{key}" if key else None, batch_id=0 if key else None)
+        if not done:
+            log.warning("pgmq: a job with idempotencyKey %r was already published; nothing "
+                        "written", key)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.job_id is not None:
+            _pg.abort_staged(self.spec.dsn, self.spec.staging_table, self.job_id)

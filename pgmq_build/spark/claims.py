@@ -1,0 +1,132 @@
+"""Competing-consumer batches: consume() claims messages with pgmq.read (visibility timeout,
+FOR UPDATE SKIP LOCKED), materialized exactly once; ack() and nack() finish them by msg_id,
+fenced by the lease (msg_id and vt as claimed)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from . import _pg
+
+# consume() tags the msg_id column with {"pgmq.claim": token}; the DSN stays in this process.
+_CLAIMS: dict[str, tuple[str, str]] = {}
+CLAIM_KEY = "pgmq.claim"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What ack()/nack() did: ``done`` messages finished; ``skipped`` were no longer ours (the
+    lease expired and someone else took the message, or it is gone)."""
+
+    done: int
+    skipped: int
+
+
+def _default_partitions(spark) -> int:
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        return 2
+
+
+def consume(spark, *, dsn: str, queue: str, vt: int, max_messages: int,
+            partitions: int | None = None, conditional: dict[str, Any] | None = None,
+            reliable: bool = False):
+    """Claim up to ``max_messages`` visible messages of ``queue`` for ``vt`` seconds as a
+    DataFrame, in ``partitions`` parallel ``pgmq.read`` calls (disjoint by SKIP LOCKED; each
+    partition asks for its share, so fewer may come back). The claim runs exactly once: the
+    result is materialized before it is returned (``localCheckpoint``; ``reliable=True`` uses
+    ``checkpoint()``, which needs ``spark.sparkContext.setCheckpointDir``), so later actions never
+    claim again. Columns: msg_id, read_ct, enqueued_at, last_read_at, vt, message (JSON text),
+    headers (JSON text), priority.
+
+    Finish the rows with :func:`ack` (delete or archive) or :func:`nack`; rows left alone come
+    back when their lease expires (at-least-once). A task that Spark retries claims again: the
+    first attempt's messages reappear after ``vt``.
+    """
+    from . import register
+
+    if not isinstance(vt, int) or vt < 0:
+        raise ValueError("vt must be a non-negative number of seconds")
+    if not isinstance(max_messages, int) or max_messages < 1:
+        raise ValueError("max_messages must be a positive integer")
+    n = partitions or _default_partitions(spark)
+    register(spark)
+    reader = (spark.read.format("pgmq").option("dsn", dsn).option("queue", queue)
+              .option("claimVt", str(vt)).option("claimMax", str(max_messages))
+              .option("numPartitions", str(min(n, max_messages))))
+    if conditional:
+        reader = reader.option("conditional", json.dumps(conditional))
+    df = reader.load()
+    df = df.checkpoint(eager=True) if reliable else df.localCheckpoint(eager=True)
+    token = uuid.uuid4().hex
+    _CLAIMS[token] = (dsn, queue)
+    return df.withMetadata("msg_id", {CLAIM_KEY: token, "pgmq.queue": queue})
+
+
+def _resolve(df, dsn: str | None, queue: str | None) -> tuple[str, str]:
+    if dsn is not None and queue is not None:
+        return dsn, queue
+    meta = {}
+    if "msg_id" in df.columns:
+        meta = df.schema["msg_id"].metadata or {}
+    known = _CLAIMS.get(meta.get(CLAIM_KEY, ""))
+    if known is None:
+        raise _pg.PgmqSparkError("this DataFrame does not come from pgmq_build.spark.consume() in "
+                                 "this process (its msg_id column lost the claim tag): pass dsn= "
+                                 "and queue=")
+    return dsn or known[0], queue or known[1]
+
+
+def _finish(df, mode: str, dsn: str | None, queue: str | None, error: str | None) -> Finished:
+    dsn, queue = _resolve(df, dsn, queue)
+    for col in ("msg_id", "vt"):
+        if col not in df.columns:
+            raise _pg.PgmqSparkError(f"{mode} needs the columns msg_id and vt of the claim")
+    with _pg.connect(dsn, autocommit=True) as conn:
+        info = _pg.resolve_queue(conn, queue)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        done = rows = 0
+        conn = None
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                if conn is None:
+                    conn = _pg.connect(dsn, autocommit=True)
+                ids = batch.column("msg_id").to_pylist()
+                vts = batch.column("vt").to_pylist()
+                rows += len(ids)
+                done += _pg.fenced_finish(conn, info, ids, vts, mode, error)
+        finally:
+            if conn is not None:
+                conn.close()
+        yield pa.record_batch([pa.array([done], pa.int64()), pa.array([rows], pa.int64())],
+                              names=["done", "rows"])
+
+    out = df.select("msg_id", "vt").mapInArrow(run, "done long, rows long").collect()
+    done = sum(r["done"] for r in out)
+    return Finished(done, sum(r["rows"] for r in out) - done)
+
+
+def ack(df, mode: str = "archive", *, dsn: str | None = None, queue: str | None = None) -> Finished:
+    """Finish claimed messages: ``mode="archive"`` (default) moves them to the archive,
+    ``"delete"`` deletes them. Only rows whose lease is still the one claimed (same msg_id and
+    vt) are finished; the rest are counted as skipped."""
+    if mode not in ("archive", "delete"):
+        raise ValueError(f"mode must be 'archive' or 'delete', got {mode!r}")
+    return _finish(df, mode, dsn, queue, None)
+
+
+def nack(df, error: str | None = None, *, dsn: str | None = None,
+         queue: str | None = None) -> Finished:
+    """Report failed deliveries with ``pgmq.nack``: each message comes back after the queue's
+    retry delay, or is dead-lettered once its deliveries are used up (lease-fenced like ack)."""
+    return _finish(df, "nack", dsn, queue, error)

@@ -1,0 +1,239 @@
+"""Option parsing for the "pgmq" data source (keys are case-insensitive, values strings).
+
+Kept free of pyspark imports; every spec is a small picklable dataclass handed to executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from psycopg.conninfo import make_conninfo
+
+from ._pg import DEFAULT_PROGRESS_TABLE, DEFAULT_STAGING_TABLE, Columns, PgmqSparkError
+
+TRUE = {"true", "1", "yes", "on"}
+FALSE = {"false", "0", "no", "off"}
+
+
+def _get(options: Mapping[str, str], key: str, default: str | None = None) -> str | None:
+    # CaseInsensitiveDict lower-cases keys; plain dicts (tests, helpers) may not.
+    if key in options:
+        return options[key]
+    low = key.lower()
+    for k, v in options.items():
+        if k.lower() == low:
+            return v
+    return default
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    v = _get(options, key)
+    if v is None:
+        return default
+    v = str(v).strip().lower()
+    if v in TRUE:
+        return True
+    if v in FALSE:
+        return False
+    raise PgmqSparkError(f"option {key} must be true or false, got {v!r}")
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    v = _get(options, key)
+    if v is None or str(v).strip() == "":
+        return default
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        raise PgmqSparkError(f"option {key} must be an integer, got {v!r}") from None
+    if n < minimum:
+        raise PgmqSparkError(f"option {key} must be >= {minimum}, got {n}")
+    return n
+
+
+def _float(options: Mapping[str, str], key: str, default: float) -> float:
+    v = _get(options, key)
+    if v is None:
+        return default
+    try:
+        f = float(v)
+    except ValueError:
+        raise PgmqSparkError(f"option {key} must be a number, got {v!r}") from None
+    if f < 0:
+        raise PgmqSparkError(f"option {key} must be >= 0, got {f}")
+    return f
+
+
+def _choice(options: Mapping[str, str], key: str, default: str, choices: tuple[str, ...]) -> str:
+    v = (_get(options, key) or default).strip().lower()
+    if v not in choices:
+        raise PgmqSparkError(f"option {key} must be one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def dsn_of(options: Mapping[str, str]) -> str:
+    """Option dsn, plus options user / password when given (Spark redacts option values whose
+    key looks like a password in plans and logs, not a password inside the dsn)."""
+    dsn = _get(options, "dsn")
+    if not dsn:
+        raise PgmqSparkError("option 'dsn' is required (a libpq connection string or URL)")
+    extra = {k: v for k in ("user", "password") if (v := _get(options, k))}
+    return make_conninfo(dsn, **extra) if extra else dsn
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    dsn: str
+    queue: str
+    table: str  # queue | archive
+    num_partitions: int | None
+    claim_vt: int | None  # claim mode (pgmq_build.spark.consume): pgmq.read with this vt
+    claim_max: int
+    conditional: str | None
+
+
+def read_spec(options: Mapping[str, str]) -> ReadSpec:
+    conditional = _get(options, "conditional")
+    if conditional:
+        try:
+            if not isinstance(json.loads(conditional), dict):
+                raise ValueError
+        except ValueError:
+            raise PgmqSparkError("option conditional must be a JSON object") from None
+    return ReadSpec(
+        dsn=dsn_of(options), queue=_get(options, "queue") or "",
+        table=_choice(options, "table", "queue", ("queue", "archive")),
+        num_partitions=_int(options, "numPartitions", None, 1),
+        claim_vt=_int(options, "claimVt", None, 0),
+        claim_max=_int(options, "claimMax", 1000, 1) or 1000,
+        conditional=conditional)
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    dsn: str
+    queue: str | None
+    exchange: str | None
+    routed: bool  # topic (send_topic) or exchange (publish) routing by a routing-key column
+    columns: Columns
+    write_mode: str  # copy | send
+    exactly_once: bool
+    idempotency_key: str | None
+    create_queue: bool
+    allow_unroutable: bool
+    staging_table: str
+    progress_table: str
+    sink_id: str | None
+
+
+def _column_option(options: Mapping[str, str], key: str, default: str | None,
+                   names: list[str]) -> str | None:
+    """An explicit option wins ('' disables); otherwise the default name if the column exists."""
+    v = _get(options, key)
+    if v is not None:
+        v = v.strip()
+        if v and v not in names:
+            raise PgmqSparkError(f"option {key}: no column {v!r} in {names}")
+        return v or None
+    return default if default in names else None
+
+
+def write_spec(options: Mapping[str, str], names: list[str], *, streaming: bool) -> WriteSpec:
+    queue = _get(options, "queue")
+    exchange = _get(options, "exchange")
+    rk_explicit = _get(options, "routingKeyColumn")
+    routed = bool(exchange) or bool(rk_explicit)
+    if routed and queue:
+        raise PgmqSparkError("give either option queue, or exchange / routingKeyColumn (routing), "
+                             "not both")
+    if not routed and not queue:
+        raise PgmqSparkError("option 'queue' is required (or exchange + routingKeyColumn)")
+    message = _get(options, "messageColumn") or "message"
+    if message not in names:
+        raise PgmqSparkError(f"no message column {message!r} in {names}: name it 'message' or set "
+                             "option messageColumn")
+    cols = Columns(
+        message=message,
+        headers=_column_option(options, "headersColumn", "headers", names),
+        delay=_column_option(options, "delayColumn", "delay", names),
+        priority=_column_option(options, "priorityColumn", "priority", names),
+        routing_key=_column_option(options, "routingKeyColumn", "routing_key", names) if routed else None)
+    if routed and not cols.routing_key:
+        raise PgmqSparkError(f"routing needs a routing key column ('routing_key' or option "
+                             f"routingKeyColumn) in {names}")
+    key = _get(options, "idempotencyKey")
+    return WriteSpec(
+        dsn=dsn_of(options), queue=queue, exchange=exchange or None, routed=routed, columns=cols,
+        write_mode=_choice(options, "writeMode", "copy", ("copy", "send")),
+        exactly_once=_bool(options, "exactlyOnce", streaming) or bool(key),
+        idempotency_key=key or None,
+        create_queue=_bool(options, "createQueue", False),
+        allow_unroutable=_bool(options, "allowUnroutable", False),
+        staging_table=_get(options, "stagingTable") or DEFAULT_STAGING_TABLE,
+        progress_table=_get(options, "progressTable") or DEFAULT_PROGRESS_TABLE,
+        sink_id=_get(options, "sinkId") or None)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    dsn: str
+    queue: str
+    max_rows: int | None
+    starting: str  # earliest | latest
+    on_commit: str  # archive | delete | none
+    ack_on_latest_offset: bool
+    safe_offsets: bool
+    inflight_wait: float
+    num_partitions: int
+    respect_visibility: bool
+    max_pending: int
+
+
+def stream_spec(options: Mapping[str, str]) -> StreamSpec:
+    return StreamSpec(
+        dsn=dsn_of(options), queue=_get(options, "queue") or "",
+        max_rows=_int(options, "maxRowsPerBatch", None, 1),
+        starting=_choice(options, "startingOffsets", "earliest", ("earliest", "latest")),
+        on_commit=_choice(options, "onCommit", "archive", ("archive", "delete", "none")),
+        ack_on_latest_offset=_bool(options, "ackOnLatestOffset", True),
+        safe_offsets=_bool(options, "safeOffsets", True),
+        inflight_wait=_float(options, "inflightWaitSeconds", 5.0),
+        num_partitions=_int(options, "numPartitions", 2, 1) or 2,
+        respect_visibility=_bool(options, "respectVisibility", True),
+        max_pending=_int(options, "maxPendingMessages", 10_000, 0) or 0)
+
+
+def sink_key(spec: WriteSpec, options: Mapping[str, str]) -> str:
+    """The stream sink's stable name from the options alone (executors can compute it too):
+    option sinkId, else the checkpoint location as given."""
+    if spec.sink_id:
+        return spec.sink_id
+    ck = _get(options, "checkpointLocation")
+    if not ck:
+        raise PgmqSparkError("the exactly-once pgmq sink needs option checkpointLocation (set it "
+                             "on writeStream with .option('checkpointLocation', ...)) or option "
+                             "sinkId (a name unique to this query), or exactlyOnce=false")
+    return ck
+
+
+def sink_id(spec: WriteSpec, key: str) -> str:
+    """The key under which the stream sink records committed batch ids (driver side, at commit):
+    option sinkId as given; else the checkpoint location plus the query id stored in it, when the
+    checkpoint is on a local file system (so a deleted and re-created checkpoint, a new query id,
+    does not inherit the old batch ids)."""
+    if spec.sink_id:
+        return spec.sink_id
+    parsed = urlparse(key)
+    if parsed.scheme not in ("", "file"):
+        return key
+    local = Path(parsed.path)
+    try:
+        query_id = json.loads((local / "metadata").read_text().splitlines()[0]).get("id", "")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return key
+    return f"{os.path.abspath(str(local))}#{query_id}" if query_id else key

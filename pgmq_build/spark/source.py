@@ -1,0 +1,63 @@
+"""The "pgmq" Python data source: batch read (snapshot or claim), batch write, stream read and
+stream write. Options are documented in pgmq_build/spark/__init__.py."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from ._pg import PgmqSparkError
+from .options import read_spec, stream_spec, write_spec
+
+QUEUE_SCHEMA = ("msg_id long, read_ct int, enqueued_at timestamp, last_read_at timestamp, "
+                "vt timestamp, message string, headers string, priority int")
+ARCHIVE_SCHEMA = QUEUE_SCHEMA + ", archived_at timestamp"
+
+
+class PgmqDataSource(DataSource):
+    """``format("pgmq")``: PostgreSQL pgmq queues as a Spark source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pgmq"
+
+    def schema(self) -> str:
+        table = (self.options.get("table") or "queue").strip().lower()
+        return ARCHIVE_SCHEMA if table == "archive" else QUEUE_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .batch import ClaimReader, SnapshotReader
+
+        spec = read_spec(self.options)
+        if spec.claim_vt is not None:
+            if spec.table != "queue":
+                raise PgmqSparkError("a claim reads the queue table, not the archive")
+            return ClaimReader(spec)
+        return SnapshotReader(spec)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .batch import PublishWriter
+
+        if overwrite:
+            raise PgmqSparkError("a pgmq queue can only be appended to: use .mode('append')")
+        return PublishWriter(write_spec(self.options, schema.fieldNames(), streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import PgmqStreamReader
+
+        return PgmqStreamReader(stream_spec(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .options import sink_key
+        from .stream import PgmqStreamWriter
+
+        if overwrite:
+            raise PgmqSparkError("a pgmq queue can only be appended to: use outputMode('append')")
+        spec = write_spec(self.options, schema.fieldNames(), streaming=True)
+        return PgmqStreamWriter(spec, sink_key(spec, self.options) if spec.exactly_once else "")

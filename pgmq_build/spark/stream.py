@@ -1,0 +1,201 @@
+"""Streaming: ``spark.readStream.format("pgmq")`` (offsets = msg_id with a safe high-water mark,
+ack on commit) and ``writeStream.format("pgmq")`` (exactly-once by recorded batch ids)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from . import _pg
+from .batch import Published, prepare_staging, publish_task, target_of
+from .options import StreamSpec, WriteSpec, sink_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StreamPartition(InputPartition):
+    lo: int  # exclusive
+    hi: int  # inclusive
+    exclude: list[int] = field(default_factory=list)
+    include: list[int] = field(default_factory=list)
+
+
+class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream is a log consumer and must be the only consumer of its queue.
+
+    A batch (start, end] holds the messages with start.msg_id < msg_id <= end.msg_id plus the
+    start's pending ids, minus end.pending (ids not yet visible when planned: delayed, leased or
+    reserved messages; they come in a later batch once visible). Rows are changed only by the
+    ack, so a replayed batch re-reads exactly the same rows. The ack (delete/archive, option
+    onCommit) runs in commit(end) and, because Spark never commits the last batch of a run, in
+    latestOffset(start) too: Spark asks for the next offset only once ``start``'s batch is in the
+    commit log. The high-water mark is "safe": no transaction that may still commit a msg_id
+    below it is running (see _pg.safe_high_water_mark).
+
+    The instance Spark uses for offsets and commits lives in one driver process for the whole
+    query and keeps a connection; read() runs on executors on a pickled copy without it.
+    """
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self._conn = None
+        with _pg.connect(spec.dsn, autocommit=True) as conn:
+            self.info = _pg.resolve_queue(conn, spec.queue)
+        self._initial: _pg.Offset | None = None
+        self._acked: _pg.Offset | None = None  # everything up to here is acked
+        self._safe = 0  # the highest high-water mark proven safe so far
+        self._target: int | None = None  # Trigger.AvailableNow: never go past this
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    # -- driver side
+
+    def _db(self):
+        if self._conn is None or self._conn.closed:
+            self._conn = _pg.connect(self.spec.dsn, autocommit=True)
+        return self._conn
+
+    def _high_water_mark(self) -> int:
+        conn = self._db()
+        if not self.spec.safe_offsets:
+            return _pg.last_msg_id(conn, self.info)
+        high, settled = _pg.safe_high_water_mark(conn, self.info, self.spec.inflight_wait)
+        if settled:
+            self._safe = max(self._safe, high)
+        else:
+            log.info("pgmq stream %s: writers still in flight after %.1fs; holding the offset at %s",
+                     self.spec.queue, self.spec.inflight_wait, self._safe)
+        return self._safe
+
+    def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+        if self.spec.starting == "latest":
+            self._initial = _pg.Offset(self._high_water_mark())
+        else:
+            self._initial = _pg.Offset(0)
+        return self._initial.to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.spec.max_rows:
+            return ReadMaxRows(self.spec.max_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._target = self._high_water_mark()
+
+    def _ack(self, upto: _pg.Offset) -> None:
+        if self.spec.on_commit == "none":
+            return
+        done = self._acked or _pg.Offset(0)
+        if self._acked is not None and upto.msg_id < done.msg_id:
+            return
+        n = _pg.ack_range(self._db(), self.info, done, upto, self.spec.on_commit)
+        self._acked = upto
+        if n:
+            log.info("pgmq stream %s: %s %d message(s) up to %d", self.spec.queue,
+                     self.spec.on_commit + "d", n, upto.msg_id)
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
+        begin = _pg.Offset.from_json(start) if start is not None else (self._initial or _pg.Offset())
+        # ``start``'s batch is in Spark's commit log by now: ack it (this is what acks the last
+        # batch of an availableNow run). Never ack the initial offset: with
+        # startingOffsets=latest it covers messages this query never delivered.
+        if self.spec.ack_on_latest_offset and start is not None and begin != self._initial:
+            self._ack(begin)
+        high = self._high_water_mark()
+        last = _pg.last_msg_id(self._db(), self.info) if self.spec.safe_offsets else high
+        if last < begin.msg_id:
+            raise _pg.PgmqSparkError(
+                f"queue {self.spec.queue!r}: its msg_id sequence ({last}) is behind this stream's "
+                f"offset ({begin.msg_id}); was the queue dropped and re-created? Start the query "
+                "with a new checkpoint location")
+        if self._target is not None:
+            high = min(high, self._target)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = _pg.plan_batch(self._db(), self.info, begin, max(high, begin.msg_id), max_rows,
+                             self.spec.respect_visibility, self.spec.max_pending)
+        return end.to_json()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        parts = _pg.stream_parts(_pg.Offset.from_json(start), _pg.Offset.from_json(end),
+                                 self.spec.num_partitions)
+        return [StreamPartition(lo, hi, ex, inc) for lo, hi, ex, inc in parts]
+
+    def commit(self, end: dict) -> None:
+        self._ack(_pg.Offset.from_json(end))
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- executors
+
+    def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
+        if partition.hi <= partition.lo and not partition.include:
+            return
+        yield from _pg.read_range(self.spec.dsn, self.info, "queue", partition.lo, partition.hi,
+                                  partition.exclude, partition.include)
+
+
+def _batch_id_of_task() -> str:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return value if value is not None else "unknown"
+
+
+class PgmqStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("pgmq")``. Exactly-once (default): tasks stage their rows under
+    "<sink>#<batch id>"; commit(batchId) publishes them and records (sink id, batch id) in the
+    progress table in one transaction, and a batch id that is already recorded (a batch Spark
+    re-runs after a failure or restart) publishes nothing. exactlyOnce=false: every task
+    publishes directly (at-least-once)."""
+
+    def __init__(self, spec: WriteSpec, key: str) -> None:
+        self.spec = spec
+        self.key = key
+        self.target = target_of(spec)
+        if spec.exactly_once:
+            prepare_staging(spec, with_progress=True)
+
+    def _job(self, batch_id: object) -> str:
+        return f"{self.key}#{batch_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        job = self._job(_batch_id_of_task()) if self.spec.exactly_once else None
+        return publish_task(self.spec, self.target, iterator, job)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        if not self.spec.exactly_once:
+            return
+        parts = [(m.part_id, m.rows) for m in messages if isinstance(m, Published)]
+        done, rows = _pg.commit_staged(
+            self.spec.dsn, self.spec.staging_table, self._job(batchId), parts, self.target,
+            progress=self.spec.progress_table, sink_id=sink_id(self.spec, self.key),
+            batch_id=batchId)
+        if not done:
+            log.warning("pgmq sink: batch %s was already committed; skipped", batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        if self.spec.exactly_once:
+            _pg.abort_staged(self.spec.dsn, self.spec.staging_table, self._job(batchId))
