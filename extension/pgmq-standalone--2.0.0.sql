@@ -2999,9 +2999,9 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_head, waiting up to max_poll_seconds for a message.';
 
--- ---------------------------------------------------------------- feature: topics
+-- ---------------------------------------------------------------- feature: routing
 
--- features/topics/functions/validate.sql.j2
+-- features/routing/functions/validate.sql.j2
 -- validate_routing_key: dot-separated words of letters, digits, '_' and '-'.
 CREATE FUNCTION pgmq.validate_routing_key(routing_key text)
 RETURNS boolean
@@ -3101,22 +3101,487 @@ SELECT '^' || replace(replace(regexp_replace(pattern, '([.+?{}()|\[\]\\^$])', '\
                       '#', '.*') || '$'
 $fn$;
 
--- features/topics/tables.sql.j2
--- Topic bindings (AMQP-style routing keys). The pattern is compiled to an anchored regex once,
--- when the binding is made, so sends only evaluate `routing_key ~ compiled_regex`.
-CREATE TABLE pgmq.topic_bindings (
-    pattern        text NOT NULL,
-    queue_name     text NOT NULL
-        CONSTRAINT topic_bindings_meta_queue_name_fk
-            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
-    bound_at       TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
-    compiled_regex text GENERATED ALWAYS AS (pgmq._topic_regex(pattern)) STORED,
-    CONSTRAINT topic_bindings_unique_pattern_queue UNIQUE (pattern, queue_name)
+-- features/routing/tables.sql.j2
+-- Exchanges (RabbitMQ's model, pgpro_queue's API). 'pgmq.topic' is the built-in topic
+-- exchange behind upstream's bind_topic/send_topic: one routing engine for both. User
+-- exchange names are letters, digits and '_' (pgpro_queue's rule), so they cannot clash with it.
+CREATE TABLE pgmq.exchanges (
+    exchange_name      text PRIMARY KEY,
+    exchange_type      text NOT NULL DEFAULT 'fanout'
+        CONSTRAINT exchanges_type_check CHECK (exchange_type IN ('fanout', 'direct', 'topic', 'headers')),
+    -- the role that may change, drop and open the exchange (with its members and superusers)
+    owner              name NOT NULL DEFAULT current_user,
+    -- what happens to a message no binding matches (after the alternate exchange, if any)
+    on_unroutable      text NOT NULL DEFAULT 'notice'
+        CONSTRAINT exchanges_on_unroutable_check CHECK (on_unroutable IN ('notice', 'error')),
+    alternate_exchange text
+        CONSTRAINT exchanges_alternate_fk REFERENCES pgmq.exchanges (exchange_name) ON DELETE SET NULL,
+    created_at         TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL
 );
-CREATE INDEX idx_topic_bindings_covering ON pgmq.topic_bindings (pattern) INCLUDE (queue_name, compiled_regex);
+INSERT INTO pgmq.exchanges (exchange_name, exchange_type) VALUES ('pgmq.topic', 'topic');
 
--- features/topics/functions/bindings.sql.j2
--- bind_topic: route keys matching pattern to queue_name (idempotent).
+
+-- Bindings of every exchange. binding_key: the routing key (direct), the pattern (topic), the
+-- JSON arguments as given (headers, parsed into `arguments`), NULL for fanout. The pattern is
+-- compiled to an anchored regex once, here, so a publish only evaluates `key ~ regex`.
+CREATE TABLE pgmq.exchange_bindings (
+    exchange_name  text NOT NULL
+        CONSTRAINT exchange_bindings_exchange_fk
+            REFERENCES pgmq.exchanges (exchange_name) ON DELETE CASCADE,
+    queue_name     text NOT NULL
+        CONSTRAINT exchange_bindings_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    binding_key    text,
+    arguments      jsonb,
+    compiled_regex text GENERATED ALWAYS AS (pgmq._topic_regex(binding_key)) STORED,
+    bound_at       TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+    CONSTRAINT exchange_bindings_unique UNIQUE NULLS NOT DISTINCT (exchange_name, binding_key, queue_name)
+);
+CREATE INDEX exchange_bindings_queue_idx ON pgmq.exchange_bindings (queue_name);
+
+
+-- Roles allowed to publish to an exchange besides its owner; 'public' (everyone) by default,
+-- as in pgpro_queue, where owners restrict publishers with revoke_publish_access.
+CREATE TABLE pgmq.exchange_publishers (
+    exchange_name text NOT NULL
+        CONSTRAINT exchange_publishers_exchange_fk
+            REFERENCES pgmq.exchanges (exchange_name) ON DELETE CASCADE,
+    role_name     name NOT NULL,
+    PRIMARY KEY (exchange_name, role_name)
+);
+INSERT INTO pgmq.exchange_publishers VALUES ('pgmq.topic', 'public');
+
+
+-- Upstream's topic_bindings, now the bindings of the built-in topic exchange.
+CREATE VIEW pgmq.topic_bindings AS
+SELECT b.binding_key AS pattern, b.queue_name, b.bound_at, b.compiled_regex
+FROM pgmq.exchange_bindings b
+WHERE b.exchange_name = 'pgmq.topic';
+
+-- features/routing/functions/routing.sql.j2
+-- _headers_match: RabbitMQ's headers exchange. The binding's arguments are matched against the
+-- message headers: 'all' (the default) needs every argument, 'any' at least one; arguments
+-- starting with 'x-' are not compared unless x-match is 'all-with-x' / 'any-with-x'. A JSON
+-- null argument matches any value of that header (presence only).
+CREATE FUNCTION pgmq._headers_match(arguments jsonb, headers jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+WITH args AS (
+    SELECT a.key, a.value,
+           coalesce(headers, '{}'::jsonb) ? a.key
+           AND (a.value = 'null'::jsonb OR coalesce(headers, '{}'::jsonb) -> a.key = a.value) AS hit
+    FROM jsonb_each(arguments) a
+    WHERE a.key <> 'x-match'
+      AND (NOT starts_with(a.key, 'x-') OR arguments->>'x-match' IN ('all-with-x', 'any-with-x'))
+)
+SELECT CASE WHEN coalesce(arguments->>'x-match', 'all') IN ('all', 'all-with-x')
+            THEN coalesce(bool_and(args.hit), true)
+            ELSE coalesce(bool_or(args.hit), false) END
+FROM args
+$fn$;
+
+-- _headers_arguments: parse and check a headers binding key ('{"x-match": "any", ...}').
+CREATE FUNCTION pgmq._headers_arguments(binding_key text)
+RETURNS jsonb
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_args jsonb;
+BEGIN
+    IF binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'a headers exchange needs a binding key: a JSON object such as {"x-match": "all", "format": "pdf"}';
+    END IF;
+    BEGIN
+        v_args := binding_key::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_text_representation',
+            MESSAGE = format('binding key of a headers exchange is not valid JSON: %s', binding_key);
+    END;
+    IF jsonb_typeof(v_args) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('binding key of a headers exchange must be a JSON object, got: %s', binding_key);
+    END IF;
+    IF v_args ? 'x-match' AND coalesce(v_args->>'x-match', '') NOT IN ('all', 'any', 'all-with-x', 'any-with-x') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('x-match must be "all", "any", "all-with-x" or "any-with-x", got: %s', v_args->'x-match');
+    END IF;
+    RETURN v_args;
+END;
+$fn$;
+
+-- _may_publish: the caller is the exchange's owner, has its privileges, or is a publisher.
+CREATE FUNCTION pgmq._may_publish(exchange_name text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT EXISTS (
+    SELECT 1
+    FROM (SELECT e.owner AS role_name FROM pgmq.exchanges e WHERE e.exchange_name = $1
+          UNION ALL
+          SELECT p.role_name FROM pgmq.exchange_publishers p WHERE p.exchange_name = $1) g
+    LEFT JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+    WHERE g.role_name = 'public' OR pg_catalog.pg_has_role(current_user, r.oid, 'USAGE'))
+$fn$;
+
+-- _exchange_for_publish: the exchange row, once the caller may publish to it with this key.
+CREATE FUNCTION pgmq._exchange_for_publish(exchange_name text, routing_key text)
+RETURNS pgmq.exchanges
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _exchange_for_publish.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', exchange_name);
+    END IF;
+    IF NOT pgmq._may_publish(exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for exchange "%s"', exchange_name),
+            HINT = 'The exchange owner or a superuser can allow it with grant_publish_access.';
+    END IF;
+    IF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq.validate_routing_key(routing_key);
+    ELSIF v_ex.exchange_type = 'direct' AND routing_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a direct exchange needs a routing key (exchange "%s")', exchange_name);
+    END IF;
+    RETURN v_ex;
+END;
+$fn$;
+
+-- _route: the queues a message reaches, each once, in name order. When no binding matches,
+-- the alternate exchange (and its alternate, up to 8 hops) is tried.
+CREATE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
+RETURNS SETOF text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name text := exchange_name;
+    v_type text;
+    v_next text;
+    v_hops integer := 0;
+BEGIN
+    LOOP
+        SELECT e.exchange_type, e.alternate_exchange INTO v_type, v_next
+        FROM pgmq.exchanges e WHERE e.exchange_name = v_name;
+        IF v_type = 'fanout' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                         WHERE b.exchange_name = v_name ORDER BY 1;
+        ELSIF v_type = 'direct' THEN
+            RETURN QUERY SELECT b.queue_name FROM pgmq.exchange_bindings b
+                         WHERE b.exchange_name = v_name AND b.binding_key = routing_key ORDER BY 1;
+        ELSIF v_type = 'topic' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                         WHERE b.exchange_name = v_name AND routing_key ~ b.compiled_regex ORDER BY 1;
+        ELSIF v_type = 'headers' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                         WHERE b.exchange_name = v_name AND pgmq._headers_match(b.arguments, headers)
+                         ORDER BY 1;
+        END IF;
+        EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8;
+        v_name := v_next;
+        v_hops := v_hops + 1;
+    END LOOP;
+END;
+$fn$;
+
+-- _unroutable: report a message that reached no queue, as the exchange asks.
+CREATE FUNCTION pgmq._unroutable(exchange_name text, routing_key text, on_unroutable text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF on_unroutable = 'error' THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = format('message to exchange "%s" with routing key "%s" matched no queue', exchange_name, routing_key),
+            HINT = 'Bind a queue, or give the exchange an alternate exchange with set_unroutable.';
+    END IF;
+    RAISE NOTICE 'message to exchange "%" with routing key "%" matched no queue', exchange_name, routing_key;
+END;
+$fn$;
+
+-- features/routing/functions/exchanges.sql.j2
+-- _owns_role: the caller has the privileges of this role (superusers have every role's).
+CREATE FUNCTION pgmq._owns_role(role_name name)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+                 FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
+                (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+$fn$;
+
+-- create_exchange: pgpro_queue's signature; the type defaults to fanout as its docs say.
+CREATE FUNCTION pgmq.create_exchange(e_name name, e_type text DEFAULT 'fanout'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF e_name IS NULL OR e_name !~ '^[A-Za-z0-9_]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = format('invalid exchange name "%s": use letters, digits and underscores', e_name);
+    END IF;
+    IF coalesce(e_type, 'fanout') NOT IN ('fanout', 'direct', 'topic', 'headers') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('exchange type must be fanout, direct, topic or headers, got: %s', e_type);
+    END IF;
+    INSERT INTO pgmq.exchanges (exchange_name, exchange_type)
+    VALUES (e_name, coalesce(e_type, 'fanout'))
+    ON CONFLICT ON CONSTRAINT exchanges_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('exchange "%s" already exists', e_name);
+    END IF;
+    INSERT INTO pgmq.exchange_publishers (exchange_name, role_name) VALUES (e_name, 'public');
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_exchange(e_name name, e_type text) IS 'Create an exchange of type fanout (default), direct, topic or headers; publishing is open to everyone until revoke_publish_access.';
+
+-- drop_exchange: with do_cascade the bound queues are dropped too (pgpro_queue's rule);
+-- without it the exchange must have no bindings.
+CREATE FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = e_name::text;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', e_name::text);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'the built-in exchange "pgmq.topic" cannot be dropped';
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    -- lock the row so that concurrent binds wait for us and then fail on the foreign key
+    PERFORM 1 FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name FOR UPDATE;
+    IF coalesce(do_cascade, false) THEN
+        FOR v_queue IN SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_queue(v_queue);
+        END LOOP;
+    ELSIF EXISTS (SELECT 1 FROM pgmq.exchange_bindings b WHERE b.exchange_name = v_ex.exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('cannot drop exchange "%s" because queues are bound to it', e_name),
+            HINT = 'Unbind the queues, or use do_cascade => true to drop them with it.';
+    END IF;
+    DELETE FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean) IS 'Drop an exchange; do_cascade also drops every queue bound to it, otherwise bound queues make it fail.';
+
+-- set_unroutable: what a publish that matches no binding does: try the alternate exchange,
+-- then raise a NOTICE ('notice', the default) or an error ('error', which aborts the publish).
+CREATE FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_hop  text := alternate_exchange;
+    v_hops integer := 0;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = set_unroutable.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', set_unroutable.exchange_name);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    IF on_unroutable IS NULL OR on_unroutable NOT IN ('notice', 'error') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('on_unroutable must be ''notice'' or ''error'', got: %s', coalesce(on_unroutable, 'NULL'));
+    END IF;
+    -- refuse cycles: follow the chain from the new alternate back to this exchange
+    WHILE v_hop IS NOT NULL LOOP
+        IF v_hop = v_ex.exchange_name OR v_hops > 8 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('alternate exchange "%s" would form a cycle or a chain longer than 8', alternate_exchange);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pgmq.exchanges e WHERE e.exchange_name = v_hop) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('exchange "%s" does not exist', v_hop);
+        END IF;
+        SELECT e.alternate_exchange INTO v_hop FROM pgmq.exchanges e WHERE e.exchange_name = v_hop;
+        v_hops := v_hops + 1;
+    END LOOP;
+    UPDATE pgmq.exchanges e
+    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
+    WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+
+-- list_exchanges: every exchange, the built-in 'pgmq.topic' included.
+CREATE FUNCTION pgmq.list_exchanges()
+RETURNS TABLE(exchange_name text, exchange_type text, owner name, on_unroutable text, alternate_exchange text, created_at timestamp with time zone)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT e.exchange_name, e.exchange_type, e.owner, e.on_unroutable, e.alternate_exchange, e.created_at
+FROM pgmq.exchanges e
+ORDER BY e.exchange_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_exchanges() IS 'Every exchange with its type, owner and unroutable handling.';
+
+-- list_exchange_bindings: the bindings of one exchange, or of all (NULL).
+CREATE FUNCTION pgmq.list_exchange_bindings(exchange_name text DEFAULT NULL::text)
+RETURNS TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT b.exchange_name, b.queue_name, b.binding_key, b.bound_at
+FROM pgmq.exchange_bindings b
+WHERE $1 IS NULL OR b.exchange_name = $1
+ORDER BY b.exchange_name, b.queue_name, b.binding_key
+$fn$;
+COMMENT ON FUNCTION pgmq.list_exchange_bindings(exchange_name text) IS 'Bindings of one exchange (or of every exchange when NULL).';
+
+-- features/routing/functions/bindings.sql.j2
+-- _bind: the one way a binding is made (bind_queue, bind_topic). The key is checked for the
+-- exchange's type: ignored (NULL) for fanout, required for direct, a pattern for topic, JSON
+-- arguments for headers. Idempotent; true when the binding is new.
+CREATE FUNCTION pgmq._bind(exchange_name text, queue_name text, binding_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text;
+    v_args jsonb;
+BEGIN
+    SELECT e.exchange_type INTO v_type FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+    END IF;
+    IF NOT (pg_catalog.has_table_privilege(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q')), 'INSERT')
+            AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    IF v_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', exchange_name);
+    ELSIF v_type = 'topic' THEN
+        PERFORM pgmq.validate_topic_pattern(binding_key);
+    ELSIF v_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.exchange_bindings (exchange_name, queue_name, binding_key, arguments)
+    VALUES (exchange_name, queue_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT exchange_bindings_unique DO NOTHING;
+    RETURN FOUND;
+END;
+$fn$;
+
+-- _unbind: remove one key's binding (every binding of the queue to the exchange when the key
+-- is NULL); returns how many were removed.
+CREATE FUNCTION pgmq._unbind(exchange_name text, queue_name text, binding_key text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type  text;
+    v_count bigint;
+BEGIN
+    SELECT e.exchange_type INTO v_type FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
+        RETURN 0;
+    END IF;
+    IF NOT (pg_catalog.has_table_privilege(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q')), 'INSERT')
+            AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.exchange_bindings b
+    WHERE b.exchange_name = _unbind.exchange_name AND b.queue_name = _unbind.queue_name
+      AND (_unbind.binding_key IS NULL OR v_type = 'fanout' OR b.binding_key = _unbind.binding_key);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+-- bind_queue: pgpro_queue's binding call (a queue may bind many keys and many exchanges).
+CREATE FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    PERFORM pgmq._bind(e_name::text, q_name::text, e_key);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text) IS 'Bind a queue to an exchange: e_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). Idempotent.';
+
+-- unbind_queue: removes one key; a NULL key unbinds the queue from the exchange completely.
+CREATE FUNCTION pgmq.unbind_queue(q_name name, e_name name, e_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    IF pgmq._unbind(e_name::text, q_name::text, e_key) = 0 THEN
+        RAISE NOTICE 'queue "%" was not bound to exchange "%" with key %', q_name, e_name, coalesce(e_key, 'NULL');
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.unbind_queue(q_name name, e_name name, e_key text) IS 'Remove a binding (all of the queue''s bindings to the exchange when e_key is NULL).';
+
+-- bind_topic: route keys matching pattern to queue_name (idempotent): a binding of the
+-- built-in topic exchange 'pgmq.topic'.
 CREATE FUNCTION pgmq.bind_topic(pattern text, queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -3132,9 +3597,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('Queue "%s" does not exist. Create the queue first using pgmq.create()', queue_name);
     END IF;
-    INSERT INTO pgmq.topic_bindings (pattern, queue_name)
-    VALUES (pattern, queue_name)
-    ON CONFLICT ON CONSTRAINT topic_bindings_unique_pattern_queue DO NOTHING;
+    PERFORM pgmq._bind('pgmq.topic', queue_name, pattern);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.bind_topic(pattern text, queue_name text) IS 'Route routing keys matching pattern to a queue (idempotent).';
@@ -3146,8 +3609,6 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_count bigint;
 BEGIN
     IF pattern IS NULL OR pattern = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'pattern cannot be NULL or empty';
@@ -3155,10 +3616,7 @@ BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'queue_name cannot be NULL or empty';
     END IF;
-    DELETE FROM pgmq.topic_bindings b
-    WHERE b.pattern = unbind_topic.pattern AND b.queue_name = unbind_topic.queue_name;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count > 0;
+    RETURN pgmq._unbind('pgmq.topic', queue_name, pattern) > 0;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.unbind_topic(pattern text, queue_name text) IS 'Remove a topic binding; true if it existed.';
@@ -3200,17 +3658,73 @@ AS $fn$
 BEGIN
     PERFORM pgmq.validate_routing_key(routing_key);
     RETURN QUERY
-    SELECT b.pattern, b.queue_name, b.compiled_regex
-    FROM pgmq.topic_bindings b
-    WHERE routing_key ~ b.compiled_regex
-    ORDER BY b.pattern;
+    SELECT b.binding_key, b.queue_name, b.compiled_regex
+    FROM pgmq.exchange_bindings b
+    WHERE b.exchange_name = 'pgmq.topic' AND routing_key ~ b.compiled_regex
+    ORDER BY b.binding_key, b.queue_name;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.test_routing(routing_key text) IS 'Dry run: the bindings a routing key matches.';
 
--- features/topics/functions/send_topic.sql.j2
--- send_topic: one copy into every queue whose binding matches; returns how many queues.
--- All or nothing: any failing send aborts the whole call.
+-- features/routing/functions/publish.sql.j2
+-- publish: one copy of the message into every queue the exchange routes it to, atomically
+-- (any failing send aborts them all). Each copy goes through send(), so priorities, dedup,
+-- TTL and the target queue's retry policy apply to it. Returns (queue, msg_id) per copy.
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msg cannot be NULL';
+    END IF;
+    FOR v_queue IN SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q) LOOP
+        RETURN QUERY SELECT v_queue, s.id FROM pgmq.send(v_queue, msg, headers, delay) AS s(id);
+    END LOOP;
+    IF v_queue IS NULL THEN
+        PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible at the given time. Returns one row per queue reached.';
+
+-- publish(..., delay integer): the main form, delay in seconds.
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.publish(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue reached. Returns one row per queue.';
+
+
+-- test_exchange_routing: a dry run of publish.
+CREATE FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb)
+RETURNS TABLE(queue_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._exchange_for_publish(exchange_name, routing_key);
+    RETURN QUERY SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb) IS 'Dry run: the queues a publish with this key and these headers would reach.';
+
+-- features/routing/functions/send_topic.sql.j2
+-- send_topic: upstream's name for publishing to the built-in topic exchange 'pgmq.topic';
+-- returns how many queues got a copy. All or nothing: any failing send aborts the whole call.
 CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -3218,8 +3732,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_queue text;
-    v_count integer := 0;
+    v_count integer;
 BEGIN
     PERFORM pgmq.validate_routing_key(routing_key);
     IF msg IS NULL THEN
@@ -3229,14 +3742,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('delay cannot be negative, got: %s', delay);
     END IF;
-    FOR v_queue IN SELECT DISTINCT b.queue_name
-    FROM pgmq.topic_bindings b
-    WHERE routing_key ~ b.compiled_regex
-    ORDER BY b.queue_name
-    LOOP
-        PERFORM pgmq.send(v_queue, msg, headers, delay);
-        v_count := v_count + 1;
-    END LOOP;
+    SELECT count(*) INTO v_count
+    FROM pgmq.publish('pgmq.topic', routing_key, msg, headers, pgmq._delay_to_vt(delay));
     RETURN v_count;
 END;
 $fn$;
@@ -3293,18 +3800,19 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_ex    pgmq.exchanges;
     v_queue text;
 BEGIN
-    PERFORM pgmq.validate_routing_key(routing_key);
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
     PERFORM pgmq._validate_batch_params(msgs, headers);
-    FOR v_queue IN SELECT DISTINCT b.queue_name
-    FROM pgmq.topic_bindings b
-    WHERE routing_key ~ b.compiled_regex
-    ORDER BY b.queue_name
+    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, NULL) AS r(q)
     LOOP
         RETURN QUERY SELECT v_queue, s.msg_id
                      FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
     END LOOP;
+    IF v_queue IS NULL THEN
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send a batch to every queue bound to a matching pattern.';

@@ -241,17 +241,50 @@ FIFO = Feature(
 
 ROUTED = "TABLE(queue_name text, msg_id bigint)"
 
-TOPICS = Feature(
-    name="topics",
+EXCHANGE_ROW = (f"TABLE(exchange_name text, exchange_type text, owner name, on_unroutable text, "
+                f"alternate_exchange text, created_at {TS})")
+
+# Exchanges and upstream's topics: one routing engine (_route); topic_bindings is a view of the
+# built-in topic exchange 'pgmq.topic'.
+ROUTING = Feature(
+    name="routing",
     requires=("core",),
-    # the generated column of topic_bindings calls _topic_regex, so validate.sql.j2 comes first
-    templates=("functions/validate.sql.j2", "tables.sql.j2", "functions/bindings.sql.j2",
+    # the generated column of exchange_bindings calls _topic_regex, so validate.sql.j2 comes first
+    templates=("functions/validate.sql.j2", "tables.sql.j2", "functions/routing.sql.j2",
+               "functions/exchanges.sql.j2", "functions/bindings.sql.j2", "functions/publish.sql.j2",
                "functions/send_topic.sql.j2"),
-    config_tables=("topic_bindings",),
+    config_tables=("exchanges", "exchange_bindings", "exchange_publishers"),
     functions=(
         _f("validate_routing_key", "routing_key text", "boolean"),
         _f("validate_topic_pattern", "pattern text", "boolean"),
         _f("_topic_regex", "pattern text", "text", upstream=False),
+        # the engine
+        _f("_headers_match", "arguments jsonb, headers jsonb", "boolean", upstream=False),
+        _f("_headers_arguments", "binding_key text", "jsonb", upstream=False),
+        _f("_may_publish", "exchange_name text", "boolean", upstream=False),
+        _f("_exchange_for_publish", "exchange_name text, routing_key text", "pgmq.exchanges", upstream=False),
+        _f("_route", "exchange_name text, routing_key text, headers jsonb", "SETOF text", upstream=False),
+        _f("_unroutable", "exchange_name text, routing_key text, on_unroutable text", "void", upstream=False),
+        # exchanges (pgpro_queue's signatures first)
+        _f("_owns_role", "role_name name", "boolean", upstream=False),
+        _f("create_exchange", "e_name name, e_type text DEFAULT 'fanout'::text", "void", upstream=False),
+        _f("drop_exchange", "e_name name, do_cascade boolean", "void", upstream=False),
+        _f("set_unroutable", "exchange_name text, on_unroutable text, alternate_exchange text DEFAULT NULL::text",
+           "void", upstream=False),
+        _f("list_exchanges", "", EXCHANGE_ROW, upstream=False),
+        _f("list_exchange_bindings", "exchange_name text DEFAULT NULL::text",
+           f"TABLE(exchange_name text, queue_name text, binding_key text, bound_at {TS})", upstream=False),
+        _f("_bind", "exchange_name text, queue_name text, binding_key text", "boolean", upstream=False),
+        _f("_unbind", "exchange_name text, queue_name text, binding_key text", "bigint", upstream=False),
+        _f("bind_queue", "q_name name, e_name name, e_key text", "void", upstream=False),
+        _f("unbind_queue", "q_name name, e_name name, e_key text", "void", upstream=False),
+        _f("publish", f"exchange_name text, routing_key text, msg jsonb, headers jsonb, delay {TS}", ROUTED,
+           upstream=False),
+        _f("publish", "exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, "
+           "delay integer DEFAULT 0", ROUTED, upstream=False),
+        _f("test_exchange_routing", "exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb",
+           "TABLE(queue_name text)", upstream=False),
+        # upstream's topic API
         _f("bind_topic", "pattern text, queue_name text", "void"),
         _f("unbind_topic", "pattern text, queue_name text", "boolean"),
         _f("list_topic_bindings", "",
@@ -387,4 +420,4 @@ CALLBACKS = Feature(
 
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, DELIVERY, PARTITIONED, FIFO, TOPICS, NOTIFY, PGPRO, CALLBACKS))
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PGPRO, CALLBACKS))
