@@ -4343,8 +4343,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    PERFORM pgmq.send(
-        q_name::text, q_msg_body,
+    PERFORM pgmq.send(q_name::text, q_msg_body,
         coalesce(q_msg_properties, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
             'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
             'x-pgmq-max-retries', q_msg_retries,
@@ -4410,6 +4409,31 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml) IS 'pgpro_queue compatibility: read_message_by_id returning both payload kinds (body, body_xml).';
+
+-- features/pgpro/functions/publish.sql.j2
+-- publish_message: pgpro_queue's publish: one copy into each queue the exchange routes the
+-- key to, with insert_message's per-message options (NULL retries/delay: each queue's policy).
+CREATE PROCEDURE pgmq.publish_message(e_name name, e_routing_key text, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    PERFORM pgmq.publish(e_name::text, e_routing_key, q_msg_body,
+        coalesce(q_msg_properties, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
+            'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+            'x-pgmq-max-retries', q_msg_retries,
+            'x-pgmq-retry-delay', q_msg_retrydelay)),
+        coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.publish_message(e_name name, e_routing_key text, q_msg_body jsonb, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: publish a message through an exchange with priority, properties, retry overrides and delayed visibility.';
 
 -- ---------------------------------------------------------------- feature: callbacks
 

@@ -362,12 +362,15 @@ DELIVERY = Feature(
     ),
 )
 
+PGPRO_OPTIONS = ("q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, "
+                 "q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, "
+                 f"q_msg_enable_time {TS} DEFAULT NULL::{TS}")
 ANY_FILTERS = "q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb"
 
 PGPRO = Feature(
     name="pgpro",
     requires=("core", "delivery"),
-    templates=("functions/queues.sql.j2", "functions/messages.sql.j2"),
+    templates=("functions/queues.sql.j2", "functions/messages.sql.j2", "functions/publish.sql.j2"),
     functions=(
         _f("queue_initialize", "", "void", upstream=False),
         _f("queue_deinitialize", "", "void", upstream=False),
@@ -388,6 +391,8 @@ PGPRO = Feature(
            "q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, "
            "q_msg_retrydelay integer DEFAULT NULL::integer, "
            f"q_msg_enable_time {TS} DEFAULT NULL::{TS}", None, upstream=False),
+        _f("publish_message", "e_name name, e_routing_key text, q_msg_body jsonb, " + PGPRO_OPTIONS, None,
+           upstream=False),
         _f("read_message", ANY_FILTERS, "jsonb", upstream=False),
         _f("read_message_by_id", "q_name name, msgid bigint", "jsonb", upstream=False),
         _f("read_message_any", ANY_FILTERS + ", OUT q_jsonb jsonb, OUT q_xml xml", "record", upstream=False),
