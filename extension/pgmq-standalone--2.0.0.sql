@@ -1223,6 +1223,7 @@ CREATE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -1234,6 +1235,8 @@ BEGIN
     END IF;
 END;
 $fn$;
+REVOKE ALL ON FUNCTION pgmq._note_message_limits(queue_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._note_message_limits(queue_name text) TO PUBLIC;
 
 -- features/delivery/functions/dead_letter.sql.j2
 -- _dead_letter: moves messages to the queue's dead-letter queue, or to its archive when it has
@@ -3909,10 +3912,13 @@ CREATE INDEX idx_notify_throttle_active ON pgmq.notify_insert_throttle (queue_na
 -- channel pgmq.q_<queue_name>.INSERT at most once per throttle interval. The trigger is
 -- INITIALLY DEFERRED, so it runs at commit: the throttle row is locked only while committing,
 -- never for the life of a producer's transaction.
+-- SECURITY DEFINER so that senders can advance the throttle clock; it acts only for queue
+-- tables in schema pgmq, whatever table someone attaches it to.
 CREATE FUNCTION pgmq.notify_queue_listeners()
 RETURNS trigger
 LANGUAGE plpgsql
 VOLATILE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -3921,6 +3927,9 @@ DECLARE
     v_queue    text := coalesce(TG_ARGV[0], substring(TG_TABLE_NAME FROM 3));
     v_throttle integer;
 BEGIN
+    IF TG_TABLE_SCHEMA <> 'pgmq' THEN
+        RETURN NULL;
+    END IF;
     SELECT t.throttle_interval_ms INTO v_throttle
     FROM pgmq.notify_insert_throttle t
     WHERE t.queue_name = v_queue;
@@ -3940,6 +3949,7 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.notify_queue_listeners() IS 'Trigger behind enable_notify_insert.';
+REVOKE ALL ON FUNCTION pgmq.notify_queue_listeners() FROM PUBLIC;
 
 -- enable_notify_insert: NOTIFY pgmq.q_<queue_name>.INSERT when messages are committed.
 CREATE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
@@ -4639,3 +4649,298 @@ BEGIN
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks) to their callbacks, committing after each; failures go through the retry policy. CALL outside a transaction block.';
+
+-- ---------------------------------------------------------------- feature: access
+
+-- features/access/functions/access.sql.j2
+-- _owns_queue: the caller has the privileges of the role owning the queue's table.
+CREATE FUNCTION pgmq._owns_queue(queue_name text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+                 FROM pg_catalog.pg_class c
+                 WHERE c.oid = to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q')))),
+                false)
+$fn$;
+
+-- _queue_privilege: a privilege on the queue's table, false when the queue has none.
+CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce(pg_catalog.has_table_privilege(
+                    to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q'))), $2),
+                false)
+$fn$;
+
+-- _set_queue_access: grant or revoke a role's access to the queue and its archive.
+CREATE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_q oid;
+    v_t text;
+BEGIN
+    v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q')));
+    IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF NOT (SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+            FROM pg_catalog.pg_class c WHERE c.oid = v_q) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of queue "%s"', queue_name);
+    END IF;
+    FOREACH v_t IN ARRAY ARRAY[pgmq.format_table_name(queue_name::text, 'q'),
+                               pgmq.format_table_name(queue_name::text, 'a')] LOOP
+        IF to_regclass(format('pgmq.%I', v_t)) IS NOT NULL THEN
+            IF allow AND role_name = 'public' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.%I TO PUBLIC', v_t);
+            ELSIF allow THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.%I TO %I', v_t, role_name);
+            ELSIF role_name = 'public' THEN
+                EXECUTE format('REVOKE ALL ON pgmq.%I FROM PUBLIC', v_t);
+            ELSE
+                EXECUTE format('REVOKE ALL ON pgmq.%I FROM %I', v_t, role_name);
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+-- grant_queue_access: by role name or role oid (pgpro_queue's two forms). Owner only.
+CREATE PROCEDURE pgmq.grant_queue_access(queue_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._set_queue_access(queue_name, role_name, true);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.grant_queue_access(queue_name name, role_name name) IS 'Give a role send/read access to a queue and its archive (queue owner only).';
+
+CREATE PROCEDURE pgmq.grant_queue_access(queue_name name, role_oid oid)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_role name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = role_oid);
+BEGIN
+    IF v_role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role with OID %s does not exist', role_oid);
+    END IF;
+    PERFORM pgmq._set_queue_access(queue_name, v_role, true);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.grant_queue_access(queue_name name, role_oid oid) IS 'As grant_queue_access(queue_name, role_name), the role given by oid.';
+
+-- revoke_queue_access: by role name or role oid (pgpro_queue's two forms). Owner only.
+CREATE PROCEDURE pgmq.revoke_queue_access(queue_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._set_queue_access(queue_name, role_name, false);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.revoke_queue_access(queue_name name, role_name name) IS 'Take from a role send/read access to a queue and its archive (queue owner only).';
+
+CREATE PROCEDURE pgmq.revoke_queue_access(queue_name name, role_oid oid)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_role name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = role_oid);
+BEGIN
+    IF v_role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role with OID %s does not exist', role_oid);
+    END IF;
+    PERFORM pgmq._set_queue_access(queue_name, v_role, false);
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.revoke_queue_access(queue_name name, role_oid oid) IS 'As revoke_queue_access(queue_name, role_name), the role given by oid.';
+
+-- reset_queue_access: only the owner keeps access (every other grant goes, PUBLIC's too).
+CREATE PROCEDURE pgmq.reset_queue_access(queue_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_q     oid;
+    v_table text;
+    v_role  oid;
+BEGIN
+    v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(reset_queue_access.queue_name::text, 'q')));
+    IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = reset_queue_access.queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    IF NOT (SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+            FROM pg_catalog.pg_class c WHERE c.oid = v_q) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of queue "%s"', queue_name);
+    END IF;
+    FOREACH v_table IN ARRAY ARRAY[pgmq.format_table_name(queue_name::text, 'q'),
+                                   pgmq.format_table_name(queue_name::text, 'a')] LOOP
+        FOR v_role IN SELECT DISTINCT a.grantee
+                      FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                      WHERE c.oid = to_regclass(format('pgmq.%I', v_table)) AND a.grantee <> c.relowner
+        LOOP
+            IF v_role = 0 THEN
+                EXECUTE format('REVOKE ALL ON pgmq.%I FROM PUBLIC', v_table);
+            ELSE
+                EXECUTE format('REVOKE ALL ON pgmq.%I FROM %I', v_table,
+                               (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+            END IF;
+        END LOOP;
+    END LOOP;
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.reset_queue_access(queue_name name) IS 'Remove every role''s access to a queue except its owner''s (queue owner only).';
+
+-- grant_publish_access: who may publish to an exchange besides its owner; 'public' is
+-- everyone (the default of a new exchange). pgpro_queue allows superusers; so do we, and owners.
+CREATE PROCEDURE pgmq.grant_publish_access(exchange_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = grant_publish_access.exchange_name::text;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', exchange_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    INSERT INTO pgmq.exchange_publishers AS p (exchange_name, role_name)
+    VALUES (v_ex.exchange_name, role_name)
+    ON CONFLICT ON CONSTRAINT exchange_publishers_pkey DO NOTHING;
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.grant_publish_access(exchange_name name, role_name name) IS 'Allow a role (or ''public'') to publish to an exchange (exchange owner or superuser).';
+
+-- revoke_publish_access: who may publish to an exchange besides its owner; 'public' is
+-- everyone (the default of a new exchange). pgpro_queue allows superusers; so do we, and owners.
+CREATE PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = revoke_publish_access.exchange_name::text;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', exchange_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    DELETE FROM pgmq.exchange_publishers p
+    WHERE p.exchange_name = v_ex.exchange_name AND p.role_name = revoke_publish_access.role_name;
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name name) IS 'Stop a role (or ''public'') to publish to an exchange (exchange owner or superuser).';
+
+-- features/access/policies.sql.j2
+-- Everyone may call the functions; what they can do is decided by table privileges.
+GRANT USAGE ON SCHEMA pgmq TO PUBLIC;
+
+-- meta: a queue's row is written by whoever owns its tables (create_* creates them first;
+-- drop_queue deletes the row after dropping them, hence the missing-table case).
+ALTER TABLE pgmq.meta ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.meta TO PUBLIC;
+CREATE POLICY meta_read ON pgmq.meta FOR SELECT USING (true);
+CREATE POLICY meta_insert ON pgmq.meta FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY meta_delete ON pgmq.meta FOR DELETE
+USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q'))) IS NULL);
+
+-- settings are the owner's; the one flag senders set goes through _note_message_limits
+ALTER TABLE pgmq.queue_settings ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_settings TO PUBLIC;
+CREATE POLICY queue_settings_read ON pgmq.queue_settings FOR SELECT USING (true);
+CREATE POLICY queue_settings_insert ON pgmq.queue_settings FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_update ON pgmq.queue_settings FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_delete ON pgmq.queue_settings FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+-- dedup keys belong to whoever may send to the queue
+ALTER TABLE pgmq.dedup_keys ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.dedup_keys TO PUBLIC;
+CREATE POLICY dedup_keys_read ON pgmq.dedup_keys FOR SELECT USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_insert ON pgmq.dedup_keys FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_update ON pgmq.dedup_keys FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_delete ON pgmq.dedup_keys FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+
+-- exchanges: anyone may create one (and owns it); owners change and drop theirs
+ALTER TABLE pgmq.exchanges ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchanges TO PUBLIC;
+CREATE POLICY exchanges_read ON pgmq.exchanges FOR SELECT USING (true);
+CREATE POLICY exchanges_insert ON pgmq.exchanges FOR INSERT
+ WITH CHECK (owner = current_user);
+CREATE POLICY exchanges_update ON pgmq.exchanges FOR UPDATE
+USING (pgmq._owns_role(owner)) WITH CHECK (pgmq._owns_role(owner));
+CREATE POLICY exchanges_delete ON pgmq.exchanges FOR DELETE
+USING (pgmq._owns_role(owner));
+
+ALTER TABLE pgmq.exchange_publishers ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchange_publishers TO PUBLIC;
+CREATE POLICY exchange_publishers_read ON pgmq.exchange_publishers FOR SELECT USING (true);
+CREATE POLICY exchange_publishers_insert ON pgmq.exchange_publishers FOR INSERT
+ WITH CHECK (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+CREATE POLICY exchange_publishers_delete ON pgmq.exchange_publishers FOR DELETE
+USING (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+
+-- bindings: pgpro_queue's rule, access to the queue and to the exchange
+ALTER TABLE pgmq.exchange_bindings ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchange_bindings TO PUBLIC;
+CREATE POLICY exchange_bindings_read ON pgmq.exchange_bindings FOR SELECT USING (true);
+CREATE POLICY exchange_bindings_insert ON pgmq.exchange_bindings FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY exchange_bindings_delete ON pgmq.exchange_bindings FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+
+-- notifications and callbacks are configured by the queue's owner
+ALTER TABLE pgmq.notify_insert_throttle ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.notify_insert_throttle TO PUBLIC;
+CREATE POLICY notify_insert_throttle_read ON pgmq.notify_insert_throttle FOR SELECT USING (true);
+CREATE POLICY notify_insert_throttle_insert ON pgmq.notify_insert_throttle FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_update ON pgmq.notify_insert_throttle FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+ALTER TABLE pgmq.callbacks ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.callbacks TO PUBLIC;
+CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
+CREATE POLICY callbacks_insert ON pgmq.callbacks FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY callbacks_update ON pgmq.callbacks FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
+USING (pgmq._owns_queue(queue_name));

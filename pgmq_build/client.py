@@ -255,6 +255,18 @@ class Client:
             "headers => %s::jsonb, delay => %s::integer)",
             (routing_key, Jsonb(message), _jsonb(headers), delay)))
 
+    def publish(self, exchange: str, routing_key: str | None, message: Any, *,
+                headers: dict[str, Any] | None = None, delay: Delay = 0) -> list[tuple[str, int]]:
+        """Publish through an exchange: one copy per queue it routes to, atomically. Returns
+        (queue, msg_id) per copy; an unroutable message returns [] (or raises, as the exchange
+        is set up with pgmq.set_unroutable)."""
+        delay = _check_time("delay", delay)
+        query = sql.SQL("SELECT queue_name, msg_id FROM pgmq.publish(exchange_name => %s::text, "
+                        "routing_key => %s::text, msg => %s::jsonb, headers => %s::jsonb, "
+                        "delay => %s::{})").format(_time_cast(delay))
+        rows = self._rows(query, (exchange, routing_key, Jsonb(message), _jsonb(headers), delay))
+        return [(r["queue_name"], int(r["msg_id"])) for r in rows]
+
     # -- reading
 
     def read(self, queue: str, *, vt: int = 30, qty: int = 1,

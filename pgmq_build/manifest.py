@@ -311,7 +311,9 @@ NOTIFY = Feature(
     templates=("tables.sql.j2", "functions/notify_insert.sql.j2", "functions/notify_msg_id.sql.j2"),
     config_tables=("notify_insert_throttle",),
     functions=(
-        _f("notify_queue_listeners", "", "trigger"),
+        _f("notify_queue_listeners", "", "trigger", security_definer=True,
+           definer_reason="a trigger (cannot be called directly): senders advance the queue's throttle "
+           "clock without the right to change its throttle settings"),
         _f("enable_notify_insert", "queue_name text, throttle_interval_ms integer DEFAULT 250", "void"),
         _f("disable_notify_insert", "queue_name text", "void"),
         _f("update_notify_insert", "queue_name text, throttle_interval_ms integer", "void"),
@@ -342,7 +344,9 @@ DELIVERY = Feature(
            "TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, "
            "backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, "
            "dedup_window integer, message_ttl integer)", upstream=False),
-        _f("_note_message_limits", "queue_name text", "void", upstream=False),
+        _f("_note_message_limits", "queue_name text", "void", upstream=False, security_definer=True,
+           definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
+           "check per-message limits) without the right to change its settings"),
         _f("_retry_delay", "attempts integer, retry_delay integer, backoff_factor double precision, "
            "max_retry_delay integer", "integer", upstream=False),
         _f("_dead_letter", "queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text",
@@ -423,6 +427,24 @@ CALLBACKS = Feature(
     ),
 )
 
+ACCESS = Feature(
+    name="access",
+    requires=("core", "delivery", "routing", "notify", "callbacks"),
+    templates=("functions/access.sql.j2", "policies.sql.j2"),
+    functions=(
+        _f("_owns_queue", "queue_name text", "boolean", upstream=False),
+        _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
+        _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False),
+        _f("grant_queue_access", "queue_name name, role_name name", None, upstream=False),
+        _f("grant_queue_access", "queue_name name, role_oid oid", None, upstream=False),
+        _f("revoke_queue_access", "queue_name name, role_name name", None, upstream=False),
+        _f("revoke_queue_access", "queue_name name, role_oid oid", None, upstream=False),
+        _f("reset_queue_access", "queue_name name", None, upstream=False),
+        _f("grant_publish_access", "exchange_name name, role_name name", None, upstream=False),
+        _f("revoke_publish_access", "exchange_name name, role_name name", None, upstream=False),
+    ),
+)
+
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PGPRO, CALLBACKS))
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PGPRO, CALLBACKS, ACCESS))

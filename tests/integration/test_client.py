@@ -326,10 +326,21 @@ def test_metrics(client):
         client.metrics("nope")
 
 
-def test_no_publish_method_until_the_sql_function_exists(client, conn):
-    assert scalar(conn, "SELECT count(*) FROM pg_proc WHERE proname = 'publish' "
-                        "AND pronamespace = 'pgmq'::regnamespace") == 0
-    assert not hasattr(client, "publish")
+def test_publish_routes_through_an_exchange(client, conn):
+    client.create("pdfs")
+    client.create("all_docs")
+    conn.execute("SELECT pgmq.create_exchange('docs', 'direct')")
+    conn.execute("SELECT pgmq.bind_queue('pdfs', 'docs', 'pdf')")
+    conn.execute("SELECT pgmq.bind_queue('all_docs', 'docs', 'pdf')")
+    routed = client.publish("docs", "pdf", {"n": 1}, headers={"x-pgmq-priority": 2})
+    assert sorted(q for q, _ in routed) == ["all_docs", "pdfs"]
+    assert [m.message for m in client.read("pdfs")] == [{"n": 1}]
+    assert client.publish("docs", "txt", {"n": 2}) == []
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    assert len(client.publish("docs", "pdf", {"n": 3}, delay=later)) == 2
+    assert client.read("all_docs", qty=5)[0].message == {"n": 1}
+    with raises_sql("42704"):
+        client.publish("nope", "pdf", {})
 
 
 # ----------------------------------------------------------------------------- consume
