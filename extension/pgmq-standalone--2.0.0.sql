@@ -3913,7 +3913,8 @@ CREATE INDEX idx_notify_throttle_active ON pgmq.notify_insert_throttle (queue_na
 -- INITIALLY DEFERRED, so it runs at commit: the throttle row is locked only while committing,
 -- never for the life of a producer's transaction.
 -- SECURITY DEFINER so that senders can advance the throttle clock; it acts only for queue
--- tables in schema pgmq, whatever table someone attaches it to.
+-- tables in schema pgmq, whatever table someone attaches it to. EXECUTE stays with
+-- PUBLIC because queue owners attach it (a trigger function cannot be called directly).
 CREATE FUNCTION pgmq.notify_queue_listeners()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -3950,6 +3951,7 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.notify_queue_listeners() IS 'Trigger behind enable_notify_insert.';
 REVOKE ALL ON FUNCTION pgmq.notify_queue_listeners() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq.notify_queue_listeners() TO PUBLIC;
 
 -- enable_notify_insert: NOTIFY pgmq.q_<queue_name>.INSERT when messages are committed.
 CREATE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
@@ -4678,6 +4680,29 @@ SELECT coalesce(pg_catalog.has_table_privilege(
                 false)
 $fn$;
 
+-- _queue_objects: what a queue's access covers: its table, its archive and its id sequence
+-- (metrics reads it), as (kind, name) pairs.
+CREATE FUNCTION pgmq._queue_objects(queue_name text)
+RETURNS TABLE(kind text, object_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_q text := pgmq.format_table_name(queue_name, 'q');
+    v_a text := pgmq.format_table_name(queue_name, 'a');
+BEGIN
+    RETURN QUERY
+    SELECT 'TABLE', c.relname::text FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname IN (v_q, v_a)
+    UNION ALL
+    SELECT 'SEQUENCE', s.relname::text
+    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+    WHERE d.refobjid = to_regclass(format('pgmq.%I', v_q)) AND d.classid = 'pg_catalog.pg_class'::regclass
+      AND d.deptype IN ('a', 'i');
+END;
+$fn$;
+
 -- _set_queue_access: grant or revoke a role's access to the queue and its archive.
 CREATE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
 RETURNS void
@@ -4686,8 +4711,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_q oid;
-    v_t text;
+    v_q   oid;
+    v_obj record;
 BEGIN
     v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q')));
     IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) THEN
@@ -4701,17 +4726,30 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('must be owner of queue "%s"', queue_name);
     END IF;
-    FOREACH v_t IN ARRAY ARRAY[pgmq.format_table_name(queue_name::text, 'q'),
-                               pgmq.format_table_name(queue_name::text, 'a')] LOOP
-        IF to_regclass(format('pgmq.%I', v_t)) IS NOT NULL THEN
-            IF allow AND role_name = 'public' THEN
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.%I TO PUBLIC', v_t);
-            ELSIF allow THEN
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.%I TO %I', v_t, role_name);
-            ELSIF role_name = 'public' THEN
-                EXECUTE format('REVOKE ALL ON pgmq.%I FROM PUBLIC', v_t);
-            ELSE
-                EXECUTE format('REVOKE ALL ON pgmq.%I FROM %I', v_t, role_name);
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+        IF allow AND role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO PUBLIC', v_obj.object_name);
+            END IF;
+        ELSIF allow THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, role_name);
+            END IF;
+        ELSIF role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            END IF;
+        ELSE
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, role_name);
             END IF;
         END IF;
     END LOOP;
@@ -4776,9 +4814,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_q     oid;
-    v_table text;
-    v_role  oid;
+    v_q    oid;
+    v_obj  record;
+    v_role oid;
 BEGIN
     v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(reset_queue_access.queue_name::text, 'q')));
     IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = reset_queue_access.queue_name::text) THEN
@@ -4789,17 +4827,24 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('must be owner of queue "%s"', queue_name);
     END IF;
-    FOREACH v_table IN ARRAY ARRAY[pgmq.format_table_name(queue_name::text, 'q'),
-                                   pgmq.format_table_name(queue_name::text, 'a')] LOOP
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
         FOR v_role IN SELECT DISTINCT a.grantee
                       FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-                      WHERE c.oid = to_regclass(format('pgmq.%I', v_table)) AND a.grantee <> c.relowner
+                      WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
+                        AND a.grantee <> c.relowner
         LOOP
             IF v_role = 0 THEN
-                EXECUTE format('REVOKE ALL ON pgmq.%I FROM PUBLIC', v_table);
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                END IF;
             ELSE
-                EXECUTE format('REVOKE ALL ON pgmq.%I FROM %I', v_table,
-                               (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                END IF;
             END IF;
         END LOOP;
     END LOOP;

@@ -313,7 +313,7 @@ NOTIFY = Feature(
     functions=(
         _f("notify_queue_listeners", "", "trigger", security_definer=True,
            definer_reason="a trigger (cannot be called directly): senders advance the queue's throttle "
-           "clock without the right to change its throttle settings"),
+           "clock without the right to change its throttle settings; it ignores tables outside the schema"),
         _f("enable_notify_insert", "queue_name text, throttle_interval_ms integer DEFAULT 250", "void"),
         _f("disable_notify_insert", "queue_name text", "void"),
         _f("update_notify_insert", "queue_name text, throttle_interval_ms integer", "void"),
@@ -434,6 +434,7 @@ ACCESS = Feature(
     functions=(
         _f("_owns_queue", "queue_name text", "boolean", upstream=False),
         _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
+        _f("_queue_objects", "queue_name text", "TABLE(kind text, object_name text)", upstream=False),
         _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False),
         _f("grant_queue_access", "queue_name name, role_name name", None, upstream=False),
         _f("grant_queue_access", "queue_name name, role_oid oid", None, upstream=False),
