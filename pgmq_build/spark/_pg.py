@@ -500,7 +500,7 @@ _SEND_BATCH = ("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::text[]::jsonb
 _SEND_TOPIC = ("SELECT count(*), count(*) FILTER (WHERE s = 0) FROM unnest(%s::text[], %s::text[], "
                "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o), "
                "LATERAL pgmq.send_topic(t.k, t.m::jsonb, t.h::jsonb, t.d) AS s")
-_PUBLISH = ("SELECT count(DISTINCT t.o), count(p.msg_id) FROM unnest(%s::text[], %s::text[], "
+_PUBLISH = ("SELECT count(DISTINCT t.o), count(DISTINCT t.o) FILTER (WHERE p.msg_id IS NULL) FROM unnest(%s::text[], %s::text[], "
             "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o) "
             "LEFT JOIN LATERAL pgmq.publish(%s::text, t.k, t.m::jsonb, t.h::jsonb, t.d) AS p ON true")
 
@@ -564,8 +564,7 @@ def route_rows(cur: psycopg.Cursor, enc: Encoded, exchange: str | None,
         cur.execute(_SEND_TOPIC, args)
     else:
         cur.execute(_PUBLISH, [*args, exchange])
-    rows, second = cur.fetchone()
-    unroutable = int(second) if exchange is None else 0
+    rows, unroutable = cur.fetchone()
     if unroutable and not allow_unroutable:
         raise PgmqSparkError(f"{unroutable} message(s) matched no queue binding (set option "
                              "allowUnroutable=true to drop them)")
