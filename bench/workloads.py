@@ -310,6 +310,50 @@ def raw_send_topic(cur: psycopg.Cursor) -> int:
     return cur.fetchone()[0]
 
 
+# --- exchanges -----------------------------------------------------------------------------------
+#
+# The topic cell's four queues bound to an exchange so that each publish reaches three of them:
+# direct (key 'eu' on three queues, 'us' on the fourth) and headers (three bindings match the
+# message's headers, one does not). Same raw baseline as send_topic.
+
+EXCHANGE_CELLS = {
+    "direct": ("eu", None, ("eu", "eu", "eu", "us")),
+    "headers": (None, '{"region": "eu", "kind": "order"}',
+                ('{"region": "eu"}', '{"x-match": "any", "kind": "order"}', '{"x-match": "all"}',
+                 '{"region": "us"}')),
+}
+
+
+def _reset_exchange(kind: str) -> Callable[[psycopg.Connection, str], None]:
+    def reset(conn: psycopg.Connection, side: str) -> None:
+        teardown_exchange(conn)
+        if side == PGMQ:
+            conn.execute("SELECT pgmq.create_exchange('bench_x', %s)", (kind,))
+            for (_, queue), key in zip(TOPIC_BINDINGS, EXCHANGE_CELLS[kind][2], strict=True):
+                conn.execute("SELECT pgmq.create(%s)", (queue,))
+                conn.execute("SELECT pgmq.bind_queue(%s, 'bench_x', %s)", (queue, key))
+        else:
+            for table in RAW_TOPIC_TABLES:
+                _create_raw_table(conn, table)
+    return reset
+
+
+def teardown_exchange(conn: psycopg.Connection) -> None:
+    teardown_topic(conn)
+    conn.execute("SELECT pgmq.drop_exchange('bench_x', false) "
+                 "FROM pgmq.exchanges WHERE exchange_name = 'bench_x'")
+
+
+def _pgmq_publish(kind: str) -> Op:
+    key, headers, _ = EXCHANGE_CELLS[kind]
+
+    def op(cur: psycopg.Cursor) -> int:
+        cur.execute("SELECT count(*) FROM pgmq.publish('bench_x', %s, %s::jsonb, %s::jsonb)",
+                    (key, MESSAGE, headers))
+        return cur.fetchone()[0]
+    return op
+
+
 # --- the worker's unit of work (issue: worker throughput on a no-op callback) ------------------
 
 def reset_dispatch_queue(conn: psycopg.Connection, side: str) -> None:
@@ -375,6 +419,12 @@ WORKLOADS: list[Workload] = [
              f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",
              TOPIC_COPIES, pgmq_send_topic, raw_send_topic, reset=reset_topic,
              teardown=teardown_topic, optional=True),
+    *(Workload(f"publish_{kind}",
+               f"pgmq.publish to a {kind} exchange, 4 bindings, {TOPIC_COPIES} match | "
+               f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",
+               TOPIC_COPIES, _pgmq_publish(kind), raw_send_topic, reset=_reset_exchange(kind),
+               teardown=teardown_exchange, optional=True)
+      for kind in EXCHANGE_CELLS),
 ]
 
 BY_NAME = {w.name: w for w in WORKLOADS}
