@@ -3681,8 +3681,11 @@ SET array_nulls = on
 SET lc_monetary = 'C'
 AS $fn$
 DECLARE
-    v_type text := format_type(pg_typeof(payload_type), NULL);
-    v_kind text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_type   text := format_type(pg_typeof(payload_type), NULL);
+    v_kind   text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_result ALIAS FOR $0;
+    v_schema name;
+    v_name   name;
 BEGIN
     IF message IS NULL OR v_type = 'jsonb' THEN
         RETURN message;
@@ -3693,6 +3696,17 @@ BEGIN
     END IF;
     IF v_type = 'bytea' THEN
         RETURN decode(message #>> '{}', 'base64');
+    END IF;
+    -- A composite (or a domain over one) cannot be RETURNed from text: PL/pgSQL would take the
+    -- text for a row. Cast it in SQL and take the fields into the result row instead.
+    SELECT n.nspname, t.typname INTO v_schema, v_name
+    FROM pg_catalog.pg_type t
+    JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+    JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+    WHERE t.oid = pg_typeof(payload_type) AND b.typtype = 'c';
+    IF FOUND THEN
+        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO v_result USING message #>> '{}';
+        RETURN v_result;
     END IF;
     -- text to the result type: its input function (PL/pgSQL converts by text I/O)
     RETURN message #>> '{}';
