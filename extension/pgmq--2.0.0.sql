@@ -1062,7 +1062,10 @@ CREATE TABLE pgmq.queue_settings (
     dedup_window      INTEGER NOT NULL DEFAULT 300 CHECK (dedup_window > 0),
     message_ttl       INTEGER CHECK (message_ttl > 0),
     -- some message carried x-pgmq-ttl or x-pgmq-max-retries: reads must check every row
-    message_limits    BOOLEAN NOT NULL DEFAULT false
+    message_limits    BOOLEAN NOT NULL DEFAULT false,
+    -- typed payloads (set_payload_type): format_type() of the queue's payload type, NULL =
+    -- jsonb. Text, not regtype: pg_upgrade refuses reg* columns in user tables.
+    payload_type      TEXT CHECK (payload_type <> 'jsonb')
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
@@ -1114,6 +1117,18 @@ BEGIN
         IF dead_letter_queue = queue_name THEN
             RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
                 MESSAGE = 'a queue cannot be its own dead-letter queue';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_retry_policy.queue_name
+                   WHERE d.queue_name = set_retry_policy.dead_letter_queue AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_retry_policy.dead_letter_queue,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_retry_policy.dead_letter_queue),
+                                 set_retry_policy.queue_name,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
         END IF;
     END IF;
     INSERT INTO pgmq.queue_settings AS s
@@ -4105,6 +4120,319 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-message msg_id notifications for a queue.';
 
+-- ---------------------------------------------------------------- feature: payloads
+
+-- features/payloads/functions/types.sql.j2
+-- _payload_type_of: the payload type of a queue as format_type() prints it ('jsonb' unless
+-- set); 42P01 for an unknown queue.
+CREATE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text;
+BEGIN
+    SELECT coalesce(s.payload_type, 'jsonb') INTO v_type
+    FROM pgmq.meta m
+    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = _payload_type_of.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+-- _encode_payload: a typed payload as (message, headers) for a queue row: jsonb as it is;
+-- bytea as base64 (no line breaks: encode() wraps at 76 characters); xml as its stored text;
+-- any other type by its output function, under pinned GUCs. The headers (NULL or a JSON
+-- object) gain the marker, or lose a stray one for jsonb. Other features (publish) reuse it.
+CREATE FUNCTION pgmq._encode_payload(payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb)
+RETURNS record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_type text := format_type(pg_typeof(payload), NULL);
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    -- One branch per kind: PL/pgSQL plans an expression when it first runs it, so encode()
+    -- is only planned for bytea, the xml cast only for xml.
+    IF v_type = 'jsonb' THEN
+        message := payload;
+        headers := extra_headers - 'x-pgmq-payload';
+        RETURN;
+    ELSIF v_type = 'bytea' THEN
+        message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+    ELSIF v_type = 'xml' THEN
+        message := to_jsonb(payload::text);  -- the text as stored (xml output would drop the declaration)
+    ELSE
+        message := to_jsonb(format('%s', payload));  -- %s: the type's output function
+    END IF;
+    headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
+END;
+$fn$;
+
+-- _decode_payload: the payload of a stored message as the type of payload_type (a typed NULL).
+-- jsonb gets the message as stored; any other type needs the message's marker to name it.
+CREATE FUNCTION pgmq._decode_payload(message jsonb, headers jsonb, payload_type anyelement)
+RETURNS anyelement
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_type   text := format_type(pg_typeof(payload_type), NULL);
+    v_kind   text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_result ALIAS FOR $0;
+    v_schema name;
+    v_name   name;
+BEGIN
+    IF message IS NULL OR v_type = 'jsonb' THEN
+        RETURN message;
+    END IF;
+    IF v_kind <> v_type OR jsonb_typeof(message) <> 'string' THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('message holds a %s payload, not %s', v_kind, v_type);
+    END IF;
+    IF v_type = 'bytea' THEN
+        RETURN decode(message #>> '{}', 'base64');
+    END IF;
+    -- A composite (or a domain over one) cannot be RETURNed from text: PL/pgSQL would take the
+    -- text for a row. Cast it in SQL and take the fields into the result row instead.
+    SELECT n.nspname, t.typname INTO v_schema, v_name
+    FROM pg_catalog.pg_type t
+    JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+    JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+    WHERE t.oid = pg_typeof(payload_type) AND b.typtype = 'c';
+    IF FOUND THEN
+        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO v_result USING message #>> '{}';
+        RETURN v_result;
+    END IF;
+    -- text to the result type: its input function (PL/pgSQL converts by text I/O)
+    RETURN message #>> '{}';
+END;
+$fn$;
+
+-- set_payload_type: fix the payload type of an empty queue (jsonb: back to untyped).
+CREATE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_kind   "char";
+    v_old    text;
+    v_new    text;
+    v_busy   boolean;
+    v_source text;
+BEGIN
+    IF set_payload_type.payload_type IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload_type cannot be NULL';
+    END IF;
+    SELECT t.typtype INTO v_kind FROM pg_catalog.pg_type t WHERE t.oid = set_payload_type.payload_type;
+    IF v_kind = 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
+    END IF;
+    v_new := format_type(set_payload_type.payload_type, NULL);
+
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_old := pgmq._payload_type_of(queue_name);
+    IF v_old = v_new THEN
+        RETURN;
+    END IF;
+    -- The strongest lock first (ALTER TABLE needs it anyway): no send slips in after the check.
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_qtable) INTO v_busy;
+    IF v_busy THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('queue "%s" holds messages: its payload type (%s) can change only while it is empty',
+                             queue_name, v_old),
+            HINT = 'Consume or purge its messages first.';
+    END IF;
+
+    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
+    VALUES (queue_name, nullif(v_new, 'jsonb'))
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
+    -- Dead letters must still fit where they go, both ways (checked on the new settings; an
+    -- error undoes them).
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_payload_type.queue_name
+               WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy) AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy)),
+                             set_payload_type.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = set_payload_type.queue_name), 'jsonb'));
+    END IF;
+    FOR v_source IN SELECT s.queue_name FROM pgmq.queue_settings s
+                    WHERE s.dead_letter_queue = set_payload_type.queue_name AND s.retry_policy
+                    ORDER BY s.queue_name LOOP
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = v_source
+                   WHERE d.queue_name = set_payload_type.queue_name AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_payload_type.queue_name,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_payload_type.queue_name),
+                                 v_source,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE s.queue_name = v_source), 'jsonb'));
+        END IF;
+    END LOOP;
+
+    -- On a partitioned queue the constraint reaches every partition, present and future.
+    IF v_old <> 'jsonb' THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT IF EXISTS pgmq_payload_type', v_qtable);
+    END IF;
+    IF v_new <> 'jsonb' THEN
+        EXECUTE format(
+            $q$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$q$,
+            v_qtable, v_new);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
+
+-- create(queue_name, payload_type): pg_message_queue's pg_mq_create_queue(channel, type).
+CREATE FUNCTION pgmq.create(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.create(queue_name);
+    PERFORM pgmq.set_payload_type(queue_name, payload_type);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create(queue_name text, payload_type regtype) IS 'Create a queue whose payload type is fixed (see set_payload_type); idempotent for the same type.';
+
+-- payload_type: what a queue holds.
+CREATE FUNCTION pgmq.payload_type(queue_name text)
+RETURNS regtype
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name text := pgmq._payload_type_of(queue_name);
+    v_type regtype := to_regtype(v_name);
+BEGIN
+    IF v_type IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_name, queue_name);
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.payload_type(queue_name text) IS 'The payload type of a queue (jsonb unless set_payload_type or create(queue, type) fixed another).';
+
+-- features/payloads/functions/messages.sql.j2
+-- send_payload: send a payload of the queue's type; returns its msg_id.
+CREATE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    text := pgmq._payload_type_of(queue_name);
+    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_message jsonb;
+    v_headers jsonb;
+    v_id      bigint;
+BEGIN
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    SELECT e.message, e.headers INTO v_message, v_headers
+    FROM pgmq._encode_payload(payload, send_payload.headers) e;
+    SELECT s.id INTO v_id
+    FROM pgmq.send(queue_name, v_message, v_headers, pgmq._delay_to_vt(delay)) AS s(id);
+    RETURN v_id;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
+
+-- read_payload: pgmq.read with the payload in the queue's type.
+CREATE FUNCTION pgmq.read_payload(queue_name text, vt integer, qty integer, payload_type anyelement)
+RETURNS TABLE(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, visible_at timestamp with time zone, payload anyelement, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held  text := pgmq._payload_type_of(queue_name);
+    v_given text := format_type(pg_typeof(payload_type), NULL);
+BEGIN
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    RETURN QUERY
+    SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
+           pgmq._decode_payload(r.message, r.headers, read_payload.payload_type), r.headers
+    FROM pgmq.read(read_payload.queue_name, read_payload.vt, read_payload.qty) r;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_payload(queue_name text, vt integer, qty integer, payload_type anyelement) IS 'pgmq.read returning the payload as the queue''s type: pass a typed NULL of it (NULL::text, NULL::bytea, NULL::xml, NULL::jsonb...). Column visible_at is read''s vt.';
+
+-- pop_payload: pgmq.pop with the payload in the queue's type.
+CREATE FUNCTION pgmq.pop_payload(queue_name text, qty integer, payload_type anyelement)
+RETURNS TABLE(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, visible_at timestamp with time zone, payload anyelement, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held  text := pgmq._payload_type_of(queue_name);
+    v_given text := format_type(pg_typeof(payload_type), NULL);
+BEGIN
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    RETURN QUERY
+    SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
+           pgmq._decode_payload(r.message, r.headers, pop_payload.payload_type), r.headers
+    FROM pgmq.pop(pop_payload.queue_name, pop_payload.qty) r;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.pop_payload(queue_name text, qty integer, payload_type anyelement) IS 'pgmq.pop returning the payload as the queue''s type (pass a typed NULL of it).';
+
 -- ---------------------------------------------------------------- feature: pgpro
 
 -- features/pgpro/functions/queues.sql.j2
@@ -4257,7 +4585,11 @@ $fn$;
 -- and does not hand that message out in the same transaction: if it did and rolled back too,
 -- the recorded attempt would vanish with it. A message recorded by this transaction (xmin
 -- ours, read_ct > 0) is therefore skipped until a later transaction.
-CREATE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
+--
+-- kinds: the payload kinds the caller takes ('jsonb', 'xml'; NULL: any). An untyped queue may
+-- mix kinds (pgpro_queue allows it): only messages of those kinds are eligible. A typed queue
+-- holding another kind is an error (42804) before anything is locked.
+CREATE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4272,6 +4604,11 @@ DECLARE
     v_result pgmq.message_record;
 BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.payload_type <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
     LOOP
         EXECUTE format(
             $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
@@ -4285,12 +4622,13 @@ BEGIN
                  AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
                           'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
                  AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                 AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
                  AND NOT (read_ct > 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress')
                ORDER BY priority, msg_id
                LIMIT 1
                FOR UPDATE SKIP LOCKED$q$, v_qtable)
         INTO v_row
-        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl;
+        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds;
         IF v_row.msg_id IS NULL THEN
             RETURN NULL;
         END IF;
@@ -4320,7 +4658,7 @@ $fn$;
 
 -- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): claims the next
 -- message and deletes it; the delete commits or rolls back with the caller's transaction.
-CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint)
+CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4329,7 +4667,7 @@ AS $fn$
 DECLARE
     v_msg pgmq.message_record;
 BEGIN
-    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id);
+    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id, kinds);
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
@@ -4341,12 +4679,16 @@ BEGIN
 END;
 $fn$;
 
--- insert_message: pgpro_queue's send. Priority and retry overrides travel in the headers
--- (x-pgmq-priority, x-pgmq-max-retries, x-pgmq-retry-delay), next to q_msg_properties.
+
+-- insert_message: pgpro_queue's send of a jsonb message.
 CREATE PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_message jsonb := q_msg_body;
+    v_headers jsonb;
+    v_held    text := pgmq._payload_type_of(q_name::text);
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -4355,17 +4697,51 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    PERFORM pgmq.send(q_name::text, q_msg_body,
-        coalesce(q_msg_properties, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
-            'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
-            'x-pgmq-max-retries', q_msg_retries,
-            'x-pgmq-retry-delay', q_msg_retrydelay)),
-        coalesce(q_msg_enable_time, clock_timestamp()));
+    IF v_held NOT IN ('jsonb', 'jsonb') THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got jsonb', q_name, v_held);
+    END IF;
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    PERFORM pgmq.send(q_name::text, v_message, v_headers, coalesce(q_msg_enable_time, clock_timestamp()));
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: send a message with priority (lower first), properties, retry overrides and delayed visibility.';
 
--- read_message: take the next message (see _take_message); NULL when none is eligible.
+-- insert_message_xml: the same with an XML body (stored as its text, marked as xml).
+CREATE PROCEDURE pgmq.insert_message_xml(q_name name, q_msg_body xml, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_message jsonb := NULL;
+    v_headers jsonb;
+    v_held    text := pgmq._payload_type_of(q_name::text);
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    IF v_held NOT IN ('jsonb', 'xml') THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got xml', q_name, v_held);
+    END IF;
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    SELECT e.message, e.headers INTO v_message, v_headers FROM pgmq._encode_payload(q_msg_body, v_headers) e;
+    PERFORM pgmq.send(q_name::text, v_message, v_headers, coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.insert_message_xml(q_name name, q_msg_body xml, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: insert_message with an XML body; read it with read_message_xml or the _any forms.';
+
+-- read_message: take the next jsonb message (see _take_message); NULL when none is eligible.
 CREATE FUNCTION pgmq.read_message(q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -4373,12 +4749,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN (pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL)).message;
+    RETURN (pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL, ARRAY['jsonb'])).message;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.read_message(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb) IS 'pgpro_queue compatibility: remove and return the next message when the transaction commits (it comes back, with retry counting, if it rolls back). q_msg_hfilter is matched by jsonb containment against {msg_id, priority, read_ct, enqueued_at}; q_msg_pfilter against the message''s headers (its properties). NULL when nothing is eligible.';
+COMMENT ON FUNCTION pgmq.read_message(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb) IS 'pgpro_queue compatibility: remove and return the next jsonb message when the transaction commits (it comes back, with retry counting, if it rolls back). q_msg_hfilter is matched by jsonb containment against {msg_id, priority, read_ct, enqueued_at}; q_msg_pfilter against the message''s headers (its properties). NULL when nothing is eligible; XML messages are left to read_message_xml.';
 
--- read_message_by_id: take one given message, if it is eligible.
+-- read_message_xml: take the next XML message.
+CREATE FUNCTION pgmq.read_message_xml(q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb)
+RETURNS xml
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record := pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL, ARRAY['xml']);
+BEGIN
+    RETURN pgmq._decode_payload(v_msg.message, v_msg.headers, NULL::xml);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message_xml(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb) IS 'pgpro_queue compatibility: read_message for XML messages (jsonb ones are left to read_message).';
+
+-- read_message_by_id: take one given jsonb message, if it is eligible.
 CREATE FUNCTION pgmq.read_message_by_id(q_name name, msgid bigint)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -4389,38 +4780,71 @@ BEGIN
     IF msgid IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msgid cannot be NULL';
     END IF;
-    RETURN (pgmq._take_message(q_name::text, NULL, NULL, msgid)).message;
+    RETURN (pgmq._take_message(q_name::text, NULL, NULL, msgid, ARRAY['jsonb'])).message;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.read_message_by_id(q_name name, msgid bigint) IS 'pgpro_queue compatibility: remove and return one message by id (NULL when it is not eligible).';
+COMMENT ON FUNCTION pgmq.read_message_by_id(q_name name, msgid bigint) IS 'pgpro_queue compatibility: remove and return one jsonb message by id (NULL when it is not eligible).';
 
--- read_message_any: as read_message, returning the jsonb and the xml payload side.
+-- read_message_by_id_xml: take one given XML message, if it is eligible.
+CREATE FUNCTION pgmq.read_message_by_id_xml(q_name name, msgid bigint)
+RETURNS xml
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
+BEGIN
+    IF msgid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msgid cannot be NULL';
+    END IF;
+    v_msg := pgmq._take_message(q_name::text, NULL, NULL, msgid, ARRAY['xml']);
+    RETURN pgmq._decode_payload(v_msg.message, v_msg.headers, NULL::xml);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.read_message_by_id_xml(q_name name, msgid bigint) IS 'pgpro_queue compatibility: remove and return one XML message by id (NULL when it is not eligible).';
+
+-- read_message_any: the next message of either kind, in q_jsonb or q_xml.
 CREATE FUNCTION pgmq.read_message_any(q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb, OUT q_jsonb jsonb, OUT q_xml xml)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_msg pgmq.message_record := pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL, ARRAY['jsonb', 'xml']);
 BEGIN
-    q_jsonb := (pgmq._take_message(q_name::text, q_msg_hfilter, q_msg_pfilter, NULL)).message;
-    q_xml := NULL;
+    IF v_msg.headers->>'x-pgmq-payload' = 'xml' THEN
+        q_xml := pgmq._decode_payload(v_msg.message, v_msg.headers, NULL::xml);
+    ELSE
+        q_jsonb := v_msg.message;
+    END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.read_message_any(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb, OUT q_jsonb jsonb, OUT q_xml xml) IS 'pgpro_queue compatibility: read_message returning both payload kinds (q_jsonb, q_xml).';
+COMMENT ON FUNCTION pgmq.read_message_any(q_name name, q_msg_hfilter jsonb, q_msg_pfilter jsonb, OUT q_jsonb jsonb, OUT q_xml xml) IS 'pgpro_queue compatibility: read_message taking the next message of either kind: a jsonb one in q_jsonb, an XML one in q_xml (the other NULL).';
 
--- read_message_by_id_any: as read_message_by_id, returning both payload sides.
+-- read_message_by_id_any: one given message of either kind, in body or body_xml.
 CREATE FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
 BEGIN
-    body := pgmq.read_message_by_id(q_name, msgid);
-    body_xml := NULL;
+    IF msgid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msgid cannot be NULL';
+    END IF;
+    v_msg := pgmq._take_message(q_name::text, NULL, NULL, msgid, ARRAY['jsonb', 'xml']);
+    IF v_msg.headers->>'x-pgmq-payload' = 'xml' THEN
+        body_xml := pgmq._decode_payload(v_msg.message, v_msg.headers, NULL::xml);
+    ELSE
+        body := v_msg.message;
+    END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml) IS 'pgpro_queue compatibility: read_message_by_id returning both payload kinds (body, body_xml).';
+COMMENT ON FUNCTION pgmq.read_message_by_id_any(q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml) IS 'pgpro_queue compatibility: read_message_by_id for either kind: a jsonb message in body, an XML one in body_xml (the other NULL).';
 
 -- features/pgpro/functions/publish.sql.j2
 -- publish_message: pgpro_queue's publish: one copy into each queue the exchange routes the
@@ -4429,6 +4853,9 @@ CREATE PROCEDURE pgmq.publish_message(e_name name, e_routing_key text, q_msg_bod
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_message jsonb := q_msg_body;
+    v_headers jsonb;
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -4437,15 +4864,42 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    PERFORM pgmq.publish(e_name::text, e_routing_key, q_msg_body,
-        coalesce(q_msg_properties, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
-            'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
-            'x-pgmq-max-retries', q_msg_retries,
-            'x-pgmq-retry-delay', q_msg_retrydelay)),
-        coalesce(q_msg_enable_time, clock_timestamp()));
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    PERFORM pgmq.publish(e_name::text, e_routing_key, v_message, v_headers,
+                                 coalesce(q_msg_enable_time, clock_timestamp()));
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.publish_message(e_name name, e_routing_key text, q_msg_body jsonb, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: publish a message through an exchange with priority, properties, retry overrides and delayed visibility.';
+
+-- publish_message_xml: the same with an XML body (each copy stored as its text, marked xml).
+CREATE PROCEDURE pgmq.publish_message_xml(e_name name, e_routing_key text, q_msg_body xml, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_message jsonb := NULL;
+    v_headers jsonb;
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    SELECT e.message, e.headers INTO v_message, v_headers FROM pgmq._encode_payload(q_msg_body, v_headers) e;
+    PERFORM pgmq.publish(e_name::text, e_routing_key, v_message, v_headers,
+                                 coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+COMMENT ON PROCEDURE pgmq.publish_message_xml(e_name name, e_routing_key text, q_msg_body xml, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: publish_message with an XML body; read the copies with read_message_xml or the _any forms.';
 
 -- ---------------------------------------------------------------- feature: callbacks
 

@@ -43,6 +43,8 @@ class Function:
     # search_path. Such a routine qualifies every name and operator itself.
     unpinned_reason: str = ""
     commits: bool = False  # a procedure that controls transactions (needs unpinned_reason)
+    # GUCs pinned besides search_path, as pg_proc.proconfig prints them ("name=value")
+    settings: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -366,14 +368,41 @@ DELIVERY = Feature(
     ),
 )
 
-PGPRO_OPTIONS = ("q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, "
-                 "q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, "
-                 f"q_msg_enable_time {TS} DEFAULT NULL::{TS}")
 ANY_FILTERS = "q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb"
+INSERT_OPTIONS = ("q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, "
+                  "q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, "
+                  f"q_msg_enable_time {TS} DEFAULT NULL::{TS}")
+
+# GUCs the payload conversions pin so that text round trips are exact (templates/_macros/payload.sql.j2).
+PAYLOAD_IO = ("DateStyle=ISO, YMD", "IntervalStyle=postgres", "extra_float_digits=1", "bytea_output=hex",
+              "xmloption=content", "array_nulls=on", "lc_monetary=C")
+TYPED_ROWS = (f"TABLE(msg_id bigint, read_ct integer, enqueued_at {TS}, last_read_at {TS}, visible_at {TS}, "
+              "payload anyelement, headers jsonb)")
+
+PAYLOADS = Feature(
+    name="payloads",
+    requires=("core", "delivery"),
+    templates=("functions/types.sql.j2", "functions/messages.sql.j2"),
+    functions=(
+        _f("_payload_type_of", "queue_name text", "text", upstream=False),
+        _f("_encode_payload", "payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb",
+           "record", upstream=False, settings=PAYLOAD_IO),
+        _f("_decode_payload", "message jsonb, headers jsonb, payload_type anyelement", "anyelement",
+           upstream=False, settings=PAYLOAD_IO),
+        _f("set_payload_type", "queue_name text, payload_type regtype", "void", upstream=False),
+        _f("create", "queue_name text, payload_type regtype", "void", upstream=False),
+        _f("payload_type", "queue_name text", "regtype", upstream=False),
+        _f("send_payload", "queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, "
+           "delay integer DEFAULT 0", "bigint", upstream=False),
+        _f("read_payload", "queue_name text, vt integer, qty integer, payload_type anyelement", TYPED_ROWS,
+           upstream=False),
+        _f("pop_payload", "queue_name text, qty integer, payload_type anyelement", TYPED_ROWS, upstream=False),
+    ),
+)
 
 PGPRO = Feature(
     name="pgpro",
-    requires=("core", "delivery"),
+    requires=("core", "delivery", "payloads", "routing"),
     templates=("functions/queues.sql.j2", "functions/messages.sql.j2", "functions/publish.sql.j2"),
     functions=(
         _f("queue_initialize", "", "void", upstream=False),
@@ -387,18 +416,20 @@ PGPRO = Feature(
         _f("drop_queue", "queue_name name", None, upstream=False),
         _f("get_queue_table", "queue_name name", "oid", upstream=False),
         _f("_xid_status", "xid32 bigint", "text", upstream=False),
-        _f("_claim_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint",
-           "pgmq.message_record", upstream=False),
-        _f("_take_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint",
-           "pgmq.message_record", upstream=False),
-        _f("insert_message", "q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, "
-           "q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, "
-           "q_msg_retrydelay integer DEFAULT NULL::integer, "
-           f"q_msg_enable_time {TS} DEFAULT NULL::{TS}", None, upstream=False),
-        _f("publish_message", "e_name name, e_routing_key text, q_msg_body jsonb, " + PGPRO_OPTIONS, None,
+        _f("_claim_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, "
+           "kinds text[] DEFAULT NULL::text[]", "pgmq.message_record", upstream=False),
+        _f("_take_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, "
+           "kinds text[] DEFAULT NULL::text[]", "pgmq.message_record", upstream=False),
+        _f("insert_message", f"q_name name, q_msg_body jsonb, {INSERT_OPTIONS}", None, upstream=False),
+        _f("insert_message_xml", f"q_name name, q_msg_body xml, {INSERT_OPTIONS}", None, upstream=False),
+        _f("publish_message", f"e_name name, e_routing_key text, q_msg_body jsonb, {INSERT_OPTIONS}", None,
+           upstream=False),
+        _f("publish_message_xml", f"e_name name, e_routing_key text, q_msg_body xml, {INSERT_OPTIONS}", None,
            upstream=False),
         _f("read_message", ANY_FILTERS, "jsonb", upstream=False),
+        _f("read_message_xml", ANY_FILTERS, "xml", upstream=False),
         _f("read_message_by_id", "q_name name, msgid bigint", "jsonb", upstream=False),
+        _f("read_message_by_id_xml", "q_name name, msgid bigint", "xml", upstream=False),
         _f("read_message_any", ANY_FILTERS + ", OUT q_jsonb jsonb, OUT q_xml xml", "record", upstream=False),
         _f("read_message_by_id_any", "q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml", "record",
            upstream=False),
@@ -448,4 +479,5 @@ ACCESS = Feature(
 
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PGPRO, CALLBACKS, ACCESS))
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
+                              CALLBACKS, ACCESS))

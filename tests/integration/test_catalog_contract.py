@@ -33,7 +33,7 @@ def test_no_security_definer_and_search_path_pinned(conn, manifest):
         if fn.unpinned_reason:  # e.g. dispatch, which commits: PostgreSQL forbids SET there
             assert config is None, name
         else:
-            assert config == ["search_path=pg_catalog, pg_temp"], name
+            assert config == ["search_path=pg_catalog, pg_temp", *fn.settings], name
 
 
 def test_every_manifest_function_is_an_extension_member(conn, manifest):

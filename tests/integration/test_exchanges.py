@@ -356,3 +356,23 @@ def test_bind_and_unbind_racing_publishers(connect):
     assert sorted(column(admin, "SELECT msg_id FROM pgmq.q_a")) == sorted(
         mid for rows in results for q, mid in rows if q == "a")
     assert sorted(column(admin, "SELECT msg_id FROM pgmq.q_b")) == sorted(to_b)
+
+
+def test_publish_message_xml_reaches_every_queue_and_respects_payload_types(conn):
+    make_queues(conn, "x1", "x2")
+    conn.execute("SELECT pgmq.create('texts', 'text'::regtype)")
+    conn.execute("SELECT pgmq.create_exchange('xml_ex')")
+    for q in ("x1", "x2"):
+        conn.execute("SELECT pgmq.bind_queue(%s, 'xml_ex', NULL)", (q,))
+    doc = '<?xml version="1.0"?><order id="7">&amp; caf\u00e9</order>'
+    conn.execute("CALL pgmq.publish_message_xml('xml_ex', NULL, %s::xml, 2, '{\"x-pgmq-payload\": \"text\"}')",
+                 (doc,))
+    for q in ("x1", "x2"):
+        assert scalar(conn, "SELECT pgmq.read_message(%s)", (q,)) is None  # jsonb readers skip it
+        assert scalar(conn, "SELECT pgmq.read_message_xml(%s)::text", (q,)) == doc
+    conn.execute("SELECT pgmq.bind_queue('texts', 'xml_ex', NULL)")
+    with raises_sql("23514"):  # a text queue refuses the xml copy: the whole publish fails
+        conn.execute("CALL pgmq.publish_message_xml('xml_ex', NULL, '<a/>')")
+    with raises_sql("23514"):
+        conn.execute("SELECT * FROM pgmq.publish('xml_ex', NULL, '{}')")
+    assert [depth(conn, q) for q in ("x1", "x2", "texts")] == [0, 0, 0]
