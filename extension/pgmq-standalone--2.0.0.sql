@@ -7,6 +7,12 @@
 CREATE SCHEMA pgmq;
 COMMENT ON SCHEMA pgmq IS 'pgmq 2.0.0 (standalone)';
 
+-- Names in this script's table defaults, CHECK constraints and casts resolve when it runs, in
+-- the installer's search_path: pinned here so that objects planted in public or pg_temp cannot
+-- capture them (pgspot checks this). LOCAL: the installer's setting is back when the
+-- transaction ends (CREATE EXTENSION restores its own as soon as the script is done).
+SET LOCAL search_path = pg_catalog, pg_temp;
+
 -- ---------------------------------------------------------------- feature: core
 
 -- features/core/types.sql.j2
@@ -407,7 +413,8 @@ BEGIN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN NEXT pgmq._send_dedup(queue_name, msg, headers, delay);
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
     RETURN QUERY EXECUTE format(
@@ -702,7 +709,8 @@ $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
-            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
         ELSIF v_r.reason = 'ttl' THEN
             v_expired := v_expired || v_r.msg_id;
         ELSE
@@ -817,7 +825,8 @@ $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
-            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
         ELSIF v_r.reason = 'ttl' THEN
             v_expired := v_expired || v_r.msg_id;
         ELSE
@@ -3811,9 +3820,9 @@ BEGIN
     END IF;
     EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
     USING v_msg.msg_id;
-    v_msg.read_ct := v_msg.read_ct + 1;
-    v_msg.last_read_at := clock_timestamp();
-    RETURN v_msg;
+    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
+    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+            v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
 
