@@ -3932,9 +3932,22 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.callbacks', '');
 CREATE PROCEDURE pgmq.register_callback(q_name text, callback text)
 LANGUAGE plpgsql
 AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
 BEGIN
-    CALL pgmq._register_callback(q_name, pg_catalog.to_regprocedure(callback), callback,
-                                          pg_catalog.current_setting('search_path'));
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._register_callback(q_name, v_proc, callback, pg_catalog.current_setting('search_path'));
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
@@ -3982,8 +3995,22 @@ $fn$;
 CREATE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
 LANGUAGE plpgsql
 AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
 BEGIN
-    CALL pgmq._unregister_callback(q_name, pg_catalog.to_regprocedure(callback), callback);
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._unregister_callback(q_name, v_proc, callback);
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.unregister_callback(q_name text, callback text) IS 'Unregister a queue''s callback.';
@@ -4035,6 +4062,7 @@ DECLARE
     v_name   text;
     v_msg    pgmq.message_record;
     v_error  text;
+    v_call   text;
 BEGIN
     SELECT c.callback, c.search_path INTO v_proc, v_path
     FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
@@ -4049,13 +4077,16 @@ BEGIN
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
+    v_call := format('CALL %I.%I($1)', v_schema, v_name);
     BEGIN
-        -- The callback runs with its registrant's search_path, ours is back right after.
-        PERFORM set_config('search_path', v_path, true);
-        EXECUTE format('CALL %I.%I($1)', v_schema, v_name) USING v_msg.message;
-        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- The callback runs with its registrant's search_path, ours is back right after. In
+        -- between nothing is resolved by name: the statement is built before, and the one call
+        -- that runs under that path is qualified.
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        EXECUTE v_call USING v_msg.message;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     EXCEPTION WHEN OTHERS THEN
-        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
         RETURN 'failed';
@@ -4094,12 +4125,13 @@ CREATE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages 
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    v_queues text[];
-    v_queue  text;
-    v_count  integer := 0;
-    v_idle   boolean;
+    -- No SET search_path is possible here (the procedure commits): every name is qualified,
+    -- the declared types too (a caller's public.text domain would otherwise run its CHECK).
+    v_queues pg_catalog.text[];
+    v_queue  pg_catalog.text;
+    v_count  pg_catalog.int4 := 0;
+    v_idle   pg_catalog.bool;
 BEGIN
-    -- No SET search_path is possible here (the procedure commits): every name is qualified.
     IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
     END IF;
