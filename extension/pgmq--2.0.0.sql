@@ -104,6 +104,9 @@ $fn$;
 COMMENT ON FUNCTION pgmq.format_table_name(queue_name text, prefix text) IS 'Name of the table (prefix q or a) that stores a queue.';
 
 -- validate_queue_name: the longest name whose derived objects still fit in 63 bytes.
+-- Identifiers are cut at 63 bytes, so the limit is in bytes (upstream counts characters, which
+-- lets two multibyte names share one truncated table), of the name and of its lower case (the
+-- table's spelling; lowering can lengthen a character, e.g. U+023A). Upstream's message.
 CREATE FUNCTION pgmq.validate_queue_name(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -114,7 +117,7 @@ BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_name', MESSAGE = 'queue name cannot be NULL or empty';
     END IF;
-    IF length(queue_name) > 47 THEN
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
         RAISE EXCEPTION USING ERRCODE = 'name_too_long',
             MESSAGE = 'queue name is too long, maximum length is 47 characters';
     END IF;
@@ -1478,6 +1481,11 @@ DECLARE
     v_id     bigint;
     v_claimed boolean;
 BEGIN
+    -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
+    PERFORM FROM pgmq.meta m WHERE m.queue_name = _send_dedup.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
     SELECT s.dedup_window INTO v_window FROM pgmq.queue_settings s
     WHERE s.queue_name = _send_dedup.queue_name;
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
@@ -3458,7 +3466,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
     END IF;
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
     END IF;
@@ -3562,7 +3572,9 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_msg_id.queue_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
     END IF;
