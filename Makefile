@@ -32,6 +32,7 @@ generate:
 gates:
 	$(BUILD_PY) -m pgmq_build check
 	$(BUILD_PY) -m pgmq_build lint
+	$(BUILD_PY) -m pgmq_build pgspot
 	$(BUILD_PY) -m ruff check pgmq_build tests bench pyspark_pgmq.py
 
 # The README's test command: set-up, install, static gates, then the whole suite.

@@ -4,6 +4,12 @@
 
 \echo Use "CREATE EXTENSION pgmq" to load this file. \quit
 
+-- Names in this script's table defaults, CHECK constraints and casts resolve when it runs, in
+-- the installer's search_path: pinned here so that objects planted in public or pg_temp cannot
+-- capture them (pgspot checks this). LOCAL: the installer's setting is back when the
+-- transaction ends (CREATE EXTENSION restores its own as soon as the script is done).
+SET LOCAL search_path = pg_catalog, pg_temp;
+
 -- ---------------------------------------------------------------- feature: core
 
 -- features/core/types.sql.j2
@@ -98,6 +104,9 @@ $fn$;
 COMMENT ON FUNCTION pgmq.format_table_name(queue_name text, prefix text) IS 'Name of the table (prefix q or a) that stores a queue.';
 
 -- validate_queue_name: the longest name whose derived objects still fit in 63 bytes.
+-- Identifiers are cut at 63 bytes, so the limit is in bytes (upstream counts characters, which
+-- lets two multibyte names share one truncated table), of the name and of its lower case (the
+-- table's spelling; lowering can lengthen a character, e.g. U+023A). Upstream's message.
 CREATE FUNCTION pgmq.validate_queue_name(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -108,7 +117,7 @@ BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_name', MESSAGE = 'queue name cannot be NULL or empty';
     END IF;
-    IF length(queue_name) > 47 THEN
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
         RAISE EXCEPTION USING ERRCODE = 'name_too_long',
             MESSAGE = 'queue name is too long, maximum length is 47 characters';
     END IF;
@@ -405,7 +414,8 @@ BEGIN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN NEXT pgmq._send_dedup(queue_name, msg, headers, delay);
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
     RETURN QUERY EXECUTE format(
@@ -700,7 +710,8 @@ $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
-            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
         ELSIF v_r.reason = 'ttl' THEN
             v_expired := v_expired || v_r.msg_id;
         ELSE
@@ -815,7 +826,8 @@ $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max
     LOOP
         IF v_r.reason IS NULL THEN
-            RETURN NEXT (v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers)::pgmq.message_record;
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
         ELSIF v_r.reason = 'ttl' THEN
             v_expired := v_expired || v_r.msg_id;
         ELSE
@@ -1487,6 +1499,11 @@ DECLARE
     v_id     bigint;
     v_claimed boolean;
 BEGIN
+    -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
+    PERFORM FROM pgmq.meta m WHERE m.queue_name = _send_dedup.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
     SELECT s.dedup_window INTO v_window FROM pgmq.queue_settings s
     WHERE s.queue_name = _send_dedup.queue_name;
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
@@ -3986,7 +4003,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
     END IF;
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
     END IF;
@@ -4090,7 +4109,9 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_msg_id.queue_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
     END IF;
@@ -4207,7 +4228,6 @@ AS $fn$
 DECLARE
     v_type   text := format_type(pg_typeof(payload_type), NULL);
     v_kind   text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
-    v_result ALIAS FOR $0;
     v_schema name;
     v_name   name;
 BEGIN
@@ -4229,8 +4249,8 @@ BEGIN
     JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
     WHERE t.oid = pg_typeof(payload_type) AND b.typtype = 'c';
     IF FOUND THEN
-        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO v_result USING message #>> '{}';
-        RETURN v_result;
+        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO payload_type USING message #>> '{}';
+        RETURN payload_type;  -- the argument is a variable of the result type
     END IF;
     -- text to the result type: its input function (PL/pgSQL converts by text I/O)
     RETURN message #>> '{}';
@@ -4673,9 +4693,9 @@ BEGIN
     END IF;
     EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
     USING v_msg.msg_id;
-    v_msg.read_ct := v_msg.read_ct + 1;
-    v_msg.last_read_at := clock_timestamp();
-    RETURN v_msg;
+    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
+    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+            v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
 
@@ -4923,9 +4943,22 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.callbacks', '');
 CREATE PROCEDURE pgmq.register_callback(q_name text, callback text)
 LANGUAGE plpgsql
 AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
 BEGIN
-    CALL pgmq._register_callback(q_name, pg_catalog.to_regprocedure(callback), callback,
-                                          pg_catalog.current_setting('search_path'));
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._register_callback(q_name, v_proc, callback, pg_catalog.current_setting('search_path'));
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
@@ -4973,8 +5006,22 @@ $fn$;
 CREATE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
 LANGUAGE plpgsql
 AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
 BEGIN
-    CALL pgmq._unregister_callback(q_name, pg_catalog.to_regprocedure(callback), callback);
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._unregister_callback(q_name, v_proc, callback);
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.unregister_callback(q_name text, callback text) IS 'Unregister a queue''s callback.';
@@ -5026,6 +5073,7 @@ DECLARE
     v_name   text;
     v_msg    pgmq.message_record;
     v_error  text;
+    v_call   text;
 BEGIN
     SELECT c.callback, c.search_path INTO v_proc, v_path
     FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
@@ -5040,13 +5088,16 @@ BEGIN
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
+    v_call := format('CALL %I.%I($1)', v_schema, v_name);
     BEGIN
-        -- The callback runs with its registrant's search_path, ours is back right after.
-        PERFORM set_config('search_path', v_path, true);
-        EXECUTE format('CALL %I.%I($1)', v_schema, v_name) USING v_msg.message;
-        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- The callback runs with its registrant's search_path, ours is back right after. In
+        -- between nothing is resolved by name: the statement is built before, and the one call
+        -- that runs under that path is qualified.
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        EXECUTE v_call USING v_msg.message;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     EXCEPTION WHEN OTHERS THEN
-        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
         RETURN 'failed';
@@ -5085,12 +5136,13 @@ CREATE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages 
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    v_queues text[];
-    v_queue  text;
-    v_count  integer := 0;
-    v_idle   boolean;
+    -- No SET search_path is possible here (the procedure commits): every name is qualified,
+    -- the declared types too (a caller's public.text domain would otherwise run its CHECK).
+    v_queues pg_catalog.text[];
+    v_queue  pg_catalog.text;
+    v_count  pg_catalog.int4 := 0;
+    v_idle   pg_catalog.bool;
 BEGIN
-    -- No SET search_path is possible here (the procedure commits): every name is qualified.
     IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
     END IF;

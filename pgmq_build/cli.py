@@ -75,6 +75,26 @@ def lint(files: tuple[Path, ...]) -> None:
 
 
 @main.command()
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--pgspot", "exe", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="pgspot executable (default: the pinned version in .venv-pgspot, installed on first use).")
+def pgspot(files: tuple[Path, ...], exe: Path | None) -> None:
+    """Check the generated scripts (or FILES) with pgspot; fail on any finding."""
+    from . import pgspot as spot
+
+    targets = files or tuple(sorted(extension_dir().glob("*.sql")))
+    if not targets:
+        _fail("nothing to check: extension/ has no .sql files")
+    try:
+        status = spot.run(targets, exe)
+    except spot.PgspotError as exc:
+        _fail(str(exc))
+    if status:
+        _fail(f"pgspot found problems (exit status {status})")
+    click.echo(f"pgspot clean: {len(targets)} file(s)")
+
+
+@main.command()
 @click.argument("code")
 def explain(code: str) -> None:
     """Explain a lint rule, e.g. `pgmq-build explain PGMQ005`."""

@@ -1,0 +1,84 @@
+"""pgspot (Timescale's checker for extension scripts) over the generated scripts.
+
+pgspot pins ``pglast==7.21`` while our lint needs pglast 8 (pglast 7's PL/pgSQL parser rejects
+record fields such as ``v_msg.msg_id`` of a declared composite type), so the two cannot share
+one environment: pgspot and its pglast are installed on first use with ``pip install --target``
+into ``.venv-pgspot`` in the checkout (no venv module needed, nothing else changes) and run
+with that directory first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .manifest import MANIFEST, Manifest, split_args
+from .paths import extension_dir
+
+PGSPOT_VERSION = "0.9.4"
+
+
+class PgspotError(Exception):
+    pass
+
+
+def allowed_unpinned(manifest: Manifest = MANIFEST) -> list[str]:
+    """The only narrowing of pgspot we accept, kept in this one place: routines the manifest
+    declares with an ``unpinned_reason`` (a procedure that COMMITs cannot SET search_path; a
+    callback name must resolve in the caller's path) may lack SET search_path, so pgspot's PS005
+    is waived for exactly them. pgspot still checks their bodies as if the search_path were
+    hostile, so every name and operator in them must be qualified. Spelled as pgspot spells a
+    routine: ``schema.name(arg type,arg type)``."""
+    return [f"{manifest.schema}.{f.name}({','.join(split_args(f.identity_args))})"
+            for f in manifest.functions if f.unpinned_reason]
+
+
+def command(pgspot: Sequence[str], files: Sequence[Path], manifest: Manifest = MANIFEST) -> list[str]:
+    cmd = list(pgspot)
+    for routine in allowed_unpinned(manifest):
+        cmd += ["--proc-without-search-path", routine]
+    return cmd + [str(f) for f in files]
+
+
+def default_venv() -> Path:
+    return extension_dir().parent / ".venv-pgspot"
+
+
+def _env(target: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(target), "PYTHONNOUSERSITE": "1"}
+
+
+def ensure_pgspot(target: Path | None = None) -> list[str]:
+    """The command running pgspot of the pinned version, installing it into `target` if needed."""
+    target = target or default_venv()
+    cmd = [sys.executable, "-m", "pgspot"]
+    if _version(cmd, target) == PGSPOT_VERSION:
+        return cmd
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--upgrade", "--target", str(target), f"pgspot=={PGSPOT_VERSION}"], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise PgspotError(f"could not install pgspot {PGSPOT_VERSION} into {target}: {exc}") from exc
+    if _version(cmd, target) != PGSPOT_VERSION:
+        raise PgspotError(f"pgspot in {target} does not report version {PGSPOT_VERSION}")
+    return cmd
+
+
+def _version(cmd: Sequence[str], target: Path) -> str | None:
+    if not target.is_dir():
+        return None
+    proc = subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=_env(target))
+    out = proc.stdout.split()
+    return out[-1] if proc.returncode == 0 and out else None
+
+
+def run(files: Sequence[Path], pgspot: Path | None = None) -> int:
+    """Run pgspot over files; its exit status (0: no error, warning, unknown or parse failure).
+    `pgspot`: an executable to use instead of the pinned install."""
+    if pgspot is not None:
+        return subprocess.run(command([str(pgspot)], files)).returncode
+    target = default_venv()
+    return subprocess.run(command(ensure_pgspot(target), files), env=_env(target)).returncode
