@@ -1028,7 +1028,8 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible length, ages and totals of one queue.';
 
--- metrics_all: metrics of every queue, by name.
+-- metrics_all: metrics of every queue the caller may read, by name (a role with access to
+-- some queues gets theirs instead of a permission error for the others).
 CREATE FUNCTION pgmq.metrics_all()
 RETURNS SETOF pgmq.metrics_result
 LANGUAGE plpgsql
@@ -1038,12 +1039,15 @@ AS $fn$
 BEGIN
     RETURN QUERY
     SELECT r.*
-    FROM pgmq.meta m
+    FROM (SELECT q.queue_name FROM pgmq.meta q
+          WHERE coalesce(pg_catalog.has_table_privilege(to_regclass(format('pgmq.%I',
+                    pgmq.format_table_name(q.queue_name, 'q'))), 'SELECT'), false)
+          OFFSET 0) m  -- OFFSET 0: filter before calling metrics()
     CROSS JOIN LATERAL pgmq.metrics(m.queue_name::text) r
     ORDER BY m.queue_name;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue.';
+COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
 
 -- features/core/grants.sql.j2
 -- Monitoring roles may look at every queue without being able to change one.

@@ -226,3 +226,10 @@ def test_catalog_rows_cannot_be_forged(roles):
     assert scalar(roles.su, "SELECT owner FROM pgmq.exchanges WHERE exchange_name = 'pgmq.topic'") == "postgres"
     assert column(roles.su, "SELECT queue_name FROM pgmq.meta") == ["orders"]
     assert scalar(roles.su, "SELECT count(*) FROM pgmq.queue_settings WHERE max_retries = 0") == 0
+
+
+def test_metrics_all_lists_only_the_queues_a_role_may_read(roles):
+    roles.su.execute("SELECT pgmq.create('secret')")
+    assert [r[0] for r in roles.granted.execute("SELECT queue_name FROM pgmq.metrics_all()")] == ["orders"]
+    assert roles.ungranted.execute("SELECT queue_name FROM pgmq.metrics_all()").fetchall() == []
+    assert column(roles.su, "SELECT queue_name FROM pgmq.metrics_all()") == ["orders", "secret"]
