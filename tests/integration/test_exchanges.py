@@ -376,3 +376,42 @@ def test_publish_message_xml_reaches_every_queue_and_respects_payload_types(conn
     with raises_sql("23514"):
         conn.execute("SELECT * FROM pgmq.publish('xml_ex', NULL, '{}')")
     assert [depth(conn, q) for q in ("x1", "x2", "texts")] == [0, 0, 0]
+
+
+def test_drop_exchange_cascade_racing_publishers(connect):
+    """Publishers keep publishing while another connection drops the exchange with its queues:
+    each publish either writes a copy to every queue or fails cleanly (exchange or queue gone);
+    no deadlock, no internal error."""
+    admin = connect()
+    make_queues(admin, "r1", "r2", "r3")
+    admin.execute("SELECT pgmq.create_exchange('doomed')")
+    for q in ("r1", "r2", "r3"):
+        admin.execute("SELECT pgmq.bind_queue(%s, 'doomed', NULL)", (q,))
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+    started = threading.Barrier(4)
+
+    def publisher() -> None:
+        c = connect()
+        started.wait()
+        for _ in range(200):
+            try:
+                n = len(c.execute("SELECT * FROM pgmq.publish('doomed', NULL, '{}')").fetchall())
+                outcomes.append(f"ok{n}")
+            except psycopg.Error as e:
+                outcomes.append(e.sqlstate or "?")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=publisher) for _ in range(3)]
+    for t in threads:
+        t.start()
+    started.wait()
+    admin.execute("SELECT pgmq.drop_exchange('doomed', true)")
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert set(outcomes) <= {"ok3", "42704", "42P01"}, set(outcomes)
+    assert "42704" in outcomes  # the drop happened while they were publishing
+    assert scalar(admin, "SELECT count(*) FROM pgmq.meta WHERE queue_name LIKE 'r_'") == 0
