@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import uuid
 
 import psycopg
 
@@ -36,3 +37,41 @@ def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_clust
             assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == "2.0.0"
     finally:
         conn.execute("DROP DATABASE restored WITH (FORCE)")
+
+
+def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path):
+    role = f"restore_reader_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {role}")
+    conn.execute("SELECT pgmq.create('eu')")
+    conn.execute("SELECT pgmq.create('logs')")
+    conn.execute("SELECT pgmq.create_exchange('orders', 'direct')")
+    conn.execute("SELECT pgmq.create_exchange('orders_ae')")
+    conn.execute("SELECT pgmq.bind_queue('eu', 'orders', 'eu')")
+    conn.execute("SELECT pgmq.bind_queue('logs', 'orders_ae', NULL)")
+    conn.execute("SELECT pgmq.set_unroutable('orders', 'error', 'orders_ae')")
+    conn.execute("SELECT pgmq.bind_topic('app.*', 'logs')")
+    conn.execute("CALL pgmq.revoke_publish_access('orders', 'public')")
+    conn.execute(f"CALL pgmq.grant_publish_access('orders', '{role}')")
+    conn.execute(f"CALL pgmq.grant_queue_access('eu', '{role}')")
+
+    dump = tmp_path / "db.dump"
+    bindir = pg_bindir()
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
+    conn.execute("CREATE DATABASE restored2")
+    target = dsn.replace(f"dbname={conn.info.dbname}", "dbname=restored2")
+    try:
+        subprocess.run([str(bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)], check=True)
+        with psycopg.connect(target, autocommit=True) as r:
+            assert r.execute("SELECT exchange_name, exchange_type, on_unroutable, alternate_exchange "
+                             "FROM pgmq.list_exchanges()").fetchall() == [
+                ("orders", "direct", "error", "orders_ae"), ("orders_ae", "fanout", "notice", None),
+                ("pgmq.topic", "topic", "notice", None)]
+            assert column(r, "SELECT role_name FROM pgmq.exchange_publishers "
+                             "WHERE exchange_name = 'orders'") == [role]
+            assert column(r, "SELECT pattern FROM pgmq.list_topic_bindings()") == ["app.*"]
+            assert column(r, "SELECT queue_name FROM pgmq.publish('orders', 'us', '{}')") == ["logs"]
+            assert scalar(r, "SELECT pgmq.send_topic('app.x', '{}')") == 1
+            assert scalar(r, "SELECT has_table_privilege(%s, 'pgmq.q_eu', 'INSERT')", (role,)) is True
+            assert scalar(r, "SELECT count(*) FROM pg_policies WHERE schemaname = 'pgmq'") > 0
+    finally:
+        conn.execute("DROP DATABASE restored2 WITH (FORCE)")
