@@ -151,8 +151,15 @@ DECLARE
     v_qtable   text := pgmq.format_table_name(queue_name, 'q');
     v_atable   text := pgmq.format_table_name(queue_name, 'a');
     v_existing text;
+    v_owner    name;
 BEGIN
     PERFORM pgmq.validate_queue_name(queue_name);
+    -- Roles without CREATE on the schema (which is kept from them: it would let them plant
+    -- functions next to ours) have their queue made for them, and own it.
+    IF NOT pg_catalog.has_schema_privilege('pgmq', 'CREATE') THEN
+        PERFORM pgmq._create_queue_for(queue_name, unlogged, current_user);
+        RETURN;
+    END IF;
     PERFORM pgmq.acquire_queue_lock(queue_name);
 
     SELECT m.queue_name INTO v_existing
@@ -163,6 +170,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
             MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
             HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT c.relowner::regrole::name INTO v_owner FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_owner IS DISTINCT FROM current_user AND v_owner IS NOT NULL THEN
+        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        IF NOT pg_catalog.pg_has_role(current_user, v_owner, 'USAGE') THEN
+            RETURN;  -- not ours to complete
+        END IF;
     END IF;
 
     IF unlogged THEN
@@ -218,6 +234,40 @@ BEGIN
     ON CONFLICT DO NOTHING;
 END;
 $fn$;
+
+-- _create_queue_for: makes a plain queue for a role that may not create objects in the schema,
+-- and hands it over (tables, their sequence). SECURITY DEFINER: it runs as the extension's
+-- owner. `owner` must be a role the session's user belongs to (the caller's current_user), so
+-- nobody can make queues on another role's behalf; an existing queue is left as it is.
+CREATE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_atable text := pgmq.format_table_name(queue_name, 'a');
+BEGIN
+    IF owner IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = owner)
+       OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('cannot create a queue for role "%s"', owner);
+    END IF;
+    PERFORM pgmq.validate_queue_name(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+        PERFORM pgmq._create_queue_tables(queue_name, unlogged);  -- idempotent: checks, warns
+        RETURN;
+    END IF;
+    PERFORM pgmq._create_queue_tables(queue_name, unlogged);
+    EXECUTE format('ALTER TABLE pgmq.%I OWNER TO %I', v_qtable, owner);
+    EXECUTE format('ALTER TABLE pgmq.%I OWNER TO %I', v_atable, owner);
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name) TO PUBLIC;
 
 -- create_non_partitioned: a queue with a logged q_ table and an archive.
 CREATE FUNCTION pgmq.create_non_partitioned(queue_name text)

@@ -158,6 +158,11 @@ CORE = Feature(
         _f("create_unlogged", "queue_name text", "void"),
         _f("create", "queue_name text", "void"),
         _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False),
+        _f("_create_queue_for", "queue_name text, unlogged boolean, owner name", "void", upstream=False,
+           security_definer=True,
+           definer_reason="roles without CREATE on the schema (kept from them: they could plant "
+           "functions beside ours) still create queues they own; it only makes a validated queue and "
+           "hands it to a role the session user belongs to"),
         _f("drop_queue", "queue_name text", "boolean"),
         _f("drop_queue", "queue_name text, partitioned boolean", "boolean"),
         _f("purge_queue", "queue_name text", "bigint"),

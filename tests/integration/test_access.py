@@ -1,6 +1,6 @@
-"""Access control with real roles: the queue's owner (a non-superuser with CREATE on schema
-pgmq), a role granted access, an ungranted role and the superuser. Every routine runs with the
-caller's rights, so an ungranted role is stopped by PostgreSQL's own privilege checks."""
+"""Access control with real roles: the queue's owner (a plain role that created it), a role
+granted access, an ungranted role and the superuser. Every routine runs with the caller's
+rights, so an ungranted role is stopped by PostgreSQL's own privilege checks."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ def roles(conn, connect) -> Roles:
     names = {k: f"{k}_{tag}" for k in ("owner", "granted", "ungranted")}
     for n in names.values():
         conn.execute(f"CREATE ROLE {n} LOGIN")
-    conn.execute(f"GRANT CREATE ON SCHEMA pgmq TO {names['owner']}")
     r = Roles(owner=connect(user=names["owner"]), granted=connect(user=names["granted"]),
               ungranted=connect(user=names["ungranted"]), su=conn, names=names)
     r.owner.execute("SELECT pgmq.create('orders')")
@@ -143,13 +142,36 @@ def test_only_the_owner_administers_the_queue(roles):
             c.execute("SELECT pgmq.drop_queue('orders')")
         with raises_sql("42501"):
             c.execute("SELECT pgmq.enable_notify_insert('orders')")
-    with raises_sql("42501"):  # creating queues needs CREATE on schema pgmq
-        roles.ungranted.execute("SELECT pgmq.create('mine')")
+    roles.ungranted.execute("SELECT pgmq.create('mine')")  # any role creates (and owns) queues
+    with raises_sql("42501"):
+        roles.granted.execute("SELECT pgmq.send('mine', '{}')")
+    with raises_sql("42501"):  # but only for itself
+        roles.ungranted.execute("SELECT pgmq._create_queue_for('theirs', false, %s)", (roles.names["owner"],))
     roles.owner.execute("SELECT pgmq.set_retry_policy('orders', 3)")
     roles.owner.execute("SELECT pgmq.enable_notify_insert('orders')")
     roles.granted.execute("SELECT pgmq.send('orders', '{}')")  # the notify trigger runs for senders
     assert scalar(roles.su, "SELECT max_retries FROM pgmq.queue_settings WHERE queue_name = 'orders'") == 3
     assert scalar(roles.owner, "SELECT pgmq.drop_queue('orders')") is True
+
+
+def test_queue_creation_with_and_without_create_on_the_schema(roles, connect):
+    su, n = roles.su, roles.names
+    owner_of = "SELECT c.relowner::regrole::text FROM pg_class c WHERE c.relname = %s"
+    assert {scalar(su, owner_of, (t,)) for t in ("q_orders", "a_orders", "q_orders_msg_id_seq")} == {n["owner"]}
+    assert scalar(su, "SELECT has_schema_privilege(%s, 'pgmq', 'CREATE')", (n["owner"],)) is False
+    roles.owner.execute("CALL pgmq.create_queue('pq')")  # pgpro_queue's form, with its retry policy
+    assert scalar(su, owner_of, ("q_pq",)) == n["owner"]
+    assert scalar(su, "SELECT max_retries FROM pgmq.queue_settings WHERE queue_name = 'pq'") == 10
+    su.execute(f"GRANT CREATE ON SCHEMA pgmq TO {n['granted']}")
+    roles.granted.execute("SELECT pgmq.create_unlogged('direct_path')")
+    assert scalar(su, owner_of, ("q_direct_path",)) == n["granted"]
+    warned = []
+    roles.granted.add_notice_handler(lambda d: warned.append(d.message_primary))
+    roles.granted.execute("SELECT pgmq.create('orders')")  # someone else's: a warning, no change
+    assert warned == [f'queue "orders" already exists and belongs to role "{n["owner"]}"']
+    assert scalar(su, owner_of, ("q_orders",)) == n["owner"]
+    roles.owner.execute("CALL pgmq.drop_queue('pq'::name)")
+    assert scalar(su, "SELECT count(*) FROM pgmq.meta WHERE queue_name = 'pq'") == 0
 
 
 def test_superuser_can_do_everything(roles):
