@@ -4311,6 +4311,48 @@ BEGIN
 END;
 $fn$;
 
+-- _payload_ok: whether a stored payload text reads back as the type (format_type spelling).
+-- Part of a typed queue's CHECK constraint, so a message written around the typed functions
+-- (upstream's send with a forged marker) cannot make read_payload fail for everyone after it.
+CREATE FUNCTION pgmq._payload_ok(payload text, type_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_schema name;
+    v_name   name;
+BEGIN
+    IF payload IS NULL THEN
+        RETURN false;
+    ELSIF type_name IN ('text', 'character varying') THEN
+        RETURN true;
+    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
+        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND length(payload) % 4 = 0;
+    ELSIF type_name = 'xml' THEN
+        RETURN xml_is_well_formed(payload);
+    END IF;
+    SELECT n.nspname, t.typname INTO v_schema, v_name
+    FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+    WHERE t.oid = type_name::regtype;
+    BEGIN
+        EXECUTE format('SELECT $1::%I.%I', v_schema, v_name) USING payload;
+    EXCEPTION WHEN data_exception OR invalid_text_representation OR check_violation
+                   OR not_null_violation OR integrity_constraint_violation THEN
+        RETURN false;
+    END;
+    RETURN true;
+END;
+$fn$;
+
 -- set_payload_type: fix the payload type of an empty queue (jsonb: back to untyped).
 CREATE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
 RETURNS void
@@ -4392,8 +4434,9 @@ BEGIN
     IF v_new <> 'jsonb' THEN
         EXECUTE format(
             $q$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
-               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$q$,
-            v_qtable, v_new);
+               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string'
+                               AND pgmq._payload_ok(message #>> '{}', %L), false))$q$,
+            v_qtable, v_new, v_new);
     END IF;
 END;
 $fn$;

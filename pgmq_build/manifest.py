@@ -392,6 +392,7 @@ PAYLOADS = Feature(
         _f("_payload_type_of", "queue_name text", "text", upstream=False),
         _f("_encode_payload", "payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb",
            "record", upstream=False, settings=PAYLOAD_IO),
+        _f("_payload_ok", "payload text, type_name text", "boolean", upstream=False, settings=PAYLOAD_IO),
         _f("_decode_payload", "message jsonb, headers jsonb, payload_type anyelement", "anyelement",
            upstream=False, settings=PAYLOAD_IO),
         _f("set_payload_type", "queue_name text, payload_type regtype", "void", upstream=False),

@@ -5,6 +5,7 @@ CHECK constraint that keeps other payloads out of a typed queue."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import subprocess
 
@@ -501,3 +502,23 @@ def test_dump_and_restore_keep_the_payload_type(conn, dsn, tmp_path, pg_cluster)
                 r.execute("SELECT pgmq.send_payload('b', 'x'::text)")
     finally:
         conn.execute("DROP DATABASE restored_payloads WITH (FORCE)")
+
+
+@pytest.mark.parametrize("type_name, bad, good", [
+    ("integer", "12x", "12"),
+    ("bytea", "not base64!", "AP8="),
+    ("xml", "<a>", "<a/>"),
+    ("timestamp with time zone", "yesterday-ish", "2024-05-01 12:00:00+00"),
+])
+def test_a_forged_payload_that_does_not_read_back_is_refused(conn, type_name, bad, good):
+    """Upstream's send with a hand-made marker passes the marker check; the constraint also
+    checks that the stored text reads back as the queue's type, so read_payload never meets a
+    message it cannot decode."""
+    conn.execute("SELECT pgmq.create('forged', %s::regtype)", (type_name,))
+    hdr = json.dumps({"x-pgmq-payload": type_name})
+    with raises_sql("23514"):
+        conn.execute("SELECT pgmq.send('forged', to_jsonb(%s::text), %s::jsonb)", (bad, hdr))
+    conn.execute("SELECT pgmq.send('forged', to_jsonb(%s::text), %s::jsonb)", (good, hdr))
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_forged") == 1
+    assert conn.execute("SELECT count(*) FROM pgmq.read_payload('forged', 0, 5, NULL::" + type_name + ")"
+                        ).fetchone()[0] == 1
