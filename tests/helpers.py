@@ -35,3 +35,24 @@ def notices(conn: psycopg.Connection) -> list[tuple[str, str]]:
     seen: list[tuple[str, str]] = []
     conn.add_notice_handler(lambda d: seen.append((d.severity_nonlocalized, d.message_primary)))
     return seen
+
+
+@contextlib.contextmanager
+def restored_copy(conn: psycopg.Connection, dsn: str, tmp_path) -> Iterator[psycopg.Connection]:
+    """pg_dump -Fc the test database, pg_restore it into a new database and yield an autocommit
+    connection to that copy; the copy is dropped afterwards."""
+    import subprocess
+    import uuid
+
+    from pgmq_build.cluster import pg_bindir
+
+    dump, bindir, name = tmp_path / "db.dump", pg_bindir(), f"restored_{uuid.uuid4().hex[:8]}"
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
+    conn.execute(f"CREATE DATABASE {name}")
+    target = dsn.replace(f"dbname={conn.info.dbname}", f"dbname={name}")
+    try:
+        subprocess.run([str(bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)], check=True)
+        with psycopg.connect(target, autocommit=True) as copy:
+            yield copy
+    finally:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

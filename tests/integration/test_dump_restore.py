@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 
-import psycopg
-
-from pgmq_build.cluster import pg_bindir
-from tests.helpers import column, scalar
+from tests.helpers import column, restored_copy, scalar
 
 
 def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_cluster):
@@ -18,25 +14,16 @@ def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_clust
     conn.execute("SELECT pgmq.archive('Orders', 1::bigint)")
     conn.execute("SELECT * FROM pgmq.read('Orders', 300, 1)")
 
-    dump = tmp_path / "db.dump"
-    bindir = pg_bindir()
-    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
-    conn.execute("CREATE DATABASE restored")
-    target = dsn.replace(f"dbname={conn.info.dbname}", "dbname=restored")
-    try:
-        subprocess.run([str(bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)], check=True)
-        with psycopg.connect(target, autocommit=True) as r:
-            assert column(r, "SELECT queue_name FROM pgmq.list_queues()") == ["Orders", "scratch"]
-            assert r.execute("SELECT msg_id, read_ct, message FROM pgmq.q_orders ORDER BY msg_id").fetchall() == [
-                (2, 1, {"n": 2}), (3, 0, {"n": 3})]
-            assert column(r, "SELECT msg_id FROM pgmq.a_orders") == [1]
-            # the identity sequence continues where it was, and the API works on restored queues
-            assert scalar(r, "SELECT pgmq.send('Orders', '{\"n\":4}')") == 4
-            assert column(r, "SELECT msg_id FROM pgmq.read('Orders', 30, 5)") == [3, 4]
-            assert scalar(r, "SELECT total_messages FROM pgmq.metrics('Orders')") == 4
-            assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == "2.0.0"
-    finally:
-        conn.execute("DROP DATABASE restored WITH (FORCE)")
+    with restored_copy(conn, dsn, tmp_path) as r:
+        assert column(r, "SELECT queue_name FROM pgmq.list_queues()") == ["Orders", "scratch"]
+        assert r.execute("SELECT msg_id, read_ct, message FROM pgmq.q_orders ORDER BY msg_id").fetchall() == [
+            (2, 1, {"n": 2}), (3, 0, {"n": 3})]
+        assert column(r, "SELECT msg_id FROM pgmq.a_orders") == [1]
+        # the identity sequence continues where it was, and the API works on restored queues
+        assert scalar(r, "SELECT pgmq.send('Orders', '{\"n\":4}')") == 4
+        assert column(r, "SELECT msg_id FROM pgmq.read('Orders', 30, 5)") == [3, 4]
+        assert scalar(r, "SELECT total_messages FROM pgmq.metrics('Orders')") == 4
+        assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == "2.0.0"
 
 
 def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path):
@@ -54,24 +41,15 @@ def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path
     conn.execute(f"CALL pgmq.grant_publish_access('orders', '{role}')")
     conn.execute(f"CALL pgmq.grant_queue_access('eu', '{role}')")
 
-    dump = tmp_path / "db.dump"
-    bindir = pg_bindir()
-    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
-    conn.execute("CREATE DATABASE restored2")
-    target = dsn.replace(f"dbname={conn.info.dbname}", "dbname=restored2")
-    try:
-        subprocess.run([str(bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)], check=True)
-        with psycopg.connect(target, autocommit=True) as r:
-            assert r.execute("SELECT exchange_name, exchange_type, on_unroutable, alternate_exchange "
-                             "FROM pgmq.list_exchanges()").fetchall() == [
-                ("orders", "direct", "error", "orders_ae"), ("orders_ae", "fanout", "notice", None),
-                ("pgmq.topic", "topic", "notice", None)]
-            assert column(r, "SELECT role_name FROM pgmq.exchange_publishers "
-                             "WHERE exchange_name = 'orders'") == [role]
-            assert column(r, "SELECT pattern FROM pgmq.list_topic_bindings()") == ["app.*"]
-            assert column(r, "SELECT queue_name FROM pgmq.publish('orders', 'us', '{}')") == ["logs"]
-            assert scalar(r, "SELECT pgmq.send_topic('app.x', '{}')") == 1
-            assert scalar(r, "SELECT has_table_privilege(%s, 'pgmq.q_eu', 'INSERT')", (role,)) is True
-            assert scalar(r, "SELECT count(*) FROM pg_policies WHERE schemaname = 'pgmq'") > 0
-    finally:
-        conn.execute("DROP DATABASE restored2 WITH (FORCE)")
+    with restored_copy(conn, dsn, tmp_path) as r:
+        assert r.execute("SELECT exchange_name, exchange_type, on_unroutable, alternate_exchange "
+                         "FROM pgmq.list_exchanges()").fetchall() == [
+            ("orders", "direct", "error", "orders_ae"), ("orders_ae", "fanout", "notice", None),
+            ("pgmq.topic", "topic", "notice", None)]
+        assert column(r, "SELECT role_name FROM pgmq.exchange_publishers "
+                         "WHERE exchange_name = 'orders'") == [role]
+        assert column(r, "SELECT pattern FROM pgmq.list_topic_bindings()") == ["app.*"]
+        assert column(r, "SELECT queue_name FROM pgmq.publish('orders', 'us', '{}')") == ["logs"]
+        assert scalar(r, "SELECT pgmq.send_topic('app.x', '{}')") == 1
+        assert scalar(r, "SELECT has_table_privilege(%s, 'pgmq.q_eu', 'INSERT')", (role,)) is True
+        assert scalar(r, "SELECT count(*) FROM pg_policies WHERE schemaname = 'pgmq'") > 0

@@ -7,15 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import subprocess
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgmq_build.cluster import pg_bindir
-from tests.helpers import column, raises_sql, scalar
+from tests.helpers import column, raises_sql, restored_copy, scalar
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -484,24 +482,15 @@ def test_dump_and_restore_keep_the_payload_type(conn, dsn, tmp_path, pg_cluster)
     conn.execute("SELECT pgmq.create('b', 'bytea')")
     conn.execute("SELECT pgmq.send_payload('t', 'kept ✓'::text)")
     conn.execute("SELECT pgmq.send_payload('b', '\\x00ff'::bytea)")
-    dump = tmp_path / "db.dump"
-    bindir = pg_bindir()
-    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
-    conn.execute("CREATE DATABASE restored_payloads")
-    target = dsn.replace(f"dbname={conn.info.dbname}", "dbname=restored_payloads")
-    try:
-        subprocess.run([str(bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)], check=True)
-        with psycopg.connect(target, autocommit=True) as r:
-            assert r.execute("SELECT pgmq.payload_type('t')::text, pgmq.payload_type('b')::text").fetchone() == (
-                "text", "bytea")
-            assert column(r, "SELECT payload FROM pgmq.pop_payload('t', 5, NULL::text)") == ["kept ✓"]
-            assert column(r, "SELECT payload FROM pgmq.pop_payload('b', 5, NULL::bytea)") == [b"\x00\xff"]
-            with raises_sql("23514"):
-                r.execute("SELECT pgmq.send('t', '{}')")
-            with raises_sql("42804"):
-                r.execute("SELECT pgmq.send_payload('b', 'x'::text)")
-    finally:
-        conn.execute("DROP DATABASE restored_payloads WITH (FORCE)")
+    with restored_copy(conn, dsn, tmp_path) as r:
+        assert r.execute("SELECT pgmq.payload_type('t')::text, pgmq.payload_type('b')::text").fetchone() == (
+            "text", "bytea")
+        assert column(r, "SELECT payload FROM pgmq.pop_payload('t', 5, NULL::text)") == ["kept ✓"]
+        assert column(r, "SELECT payload FROM pgmq.pop_payload('b', 5, NULL::bytea)") == [b"\x00\xff"]
+        with raises_sql("23514"):
+            r.execute("SELECT pgmq.send('t', '{}')")
+        with raises_sql("42804"):
+            r.execute("SELECT pgmq.send_payload('b', 'x'::text)")
 
 
 @pytest.mark.parametrize("type_name, bad, good", [
