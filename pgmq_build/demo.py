@@ -90,6 +90,17 @@ def run_demo(dsn: str | None = None, keep: bool = False, echo: Echo = print) -> 
           queue)
         q("SELECT msg_id, archived_at IS NOT NULL AS archived, message FROM pgmq.a_" + queue)
 
-        echo("\n7. Clean up.")
-        q("SELECT pgmq.drop_queue(%s)", queue)
-        echo("\nDemo finished: create, send, read with a lease, archive, set_vt, pop, metrics.")
+        exchange = f"demo_regions_{os.getpid()}"
+        echo("\n7. Route through an exchange: bind the queue to a direct exchange under key 'eu', then"
+             "\n   publish by routing key. publish returns one row per queue that got a copy.")
+        q("SELECT pgmq.create_exchange(%s::name, 'direct')", exchange)
+        q("SELECT pgmq.bind_queue(%s::name, %s::name, 'eu')", queue, exchange)
+        q("SELECT * FROM pgmq.publish(%s, 'eu', %s::jsonb)", exchange, '{"order": 4, "item": "map"}')
+        q("SELECT count(*) AS copies FROM pgmq.publish(%s, 'us', %s::jsonb)", exchange, '{"order": 5}')
+        echo("   Nothing is bound to 'us': the publish wrote nothing and said so in a NOTICE"
+             "\n   (pgmq.set_unroutable can make that an error or send it to an alternate exchange).")
+
+        echo("\n8. Clean up: dropping the exchange with cascade drops the queues bound to it.")
+        q("SELECT pgmq.drop_exchange(%s::name, true)", exchange)
+        q("SELECT count(*) AS queues_left FROM pgmq.meta WHERE queue_name = %s", queue)
+        echo("\nDemo finished: create, send, read with a lease, archive, set_vt, pop, metrics, exchanges.")
