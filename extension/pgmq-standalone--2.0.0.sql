@@ -140,6 +140,31 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
 
+-- _owns_queue: the caller has the privileges of the role owning the queue's table.
+CREATE FUNCTION pgmq._owns_queue(queue_name text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+                 FROM pg_catalog.pg_class c
+                 WHERE c.oid = to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q')))),
+                false)
+$fn$;
+
+-- _queue_privilege: a privilege of the caller on the queue's table, false when there is none.
+CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce(pg_catalog.has_table_privilege(
+                    to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q'))), $2),
+                false)
+$fn$;
+
 -- features/core/functions/queue_admin.sql.j2
 -- _create_queue_tables: the q_/a_ tables, their indexes and the meta row of a plain queue.
 -- Idempotent: creating an existing queue changes nothing.
@@ -1092,8 +1117,7 @@ BEGIN
     RETURN QUERY
     SELECT r.*
     FROM (SELECT q.queue_name FROM pgmq.meta q
-          WHERE coalesce(pg_catalog.has_table_privilege(to_regclass(format('pgmq.%I',
-                    pgmq.format_table_name(q.queue_name, 'q'))), 'SELECT'), false)
+          WHERE pgmq._queue_privilege(q.queue_name, 'SELECT')
           OFFSET 0) m  -- OFFSET 0: filter before calling metrics()
     CROSS JOIN LATERAL pgmq.metrics(m.queue_name::text) r
     ORDER BY m.queue_name;
@@ -3333,7 +3357,7 @@ BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _exchange_for_publish.exchange_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-            MESSAGE = format('exchange "%s" does not exist', exchange_name);
+            MESSAGE = format('exchange "%s" does not exist', _exchange_for_publish.exchange_name);
     END IF;
     IF NOT pgmq._may_publish(exchange_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -3572,27 +3596,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text;
+    v_ex   pgmq.exchanges;
     v_args jsonb;
 BEGIN
-    SELECT e.exchange_type INTO v_type FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _bind.exchange_name);
     END IF;
-    IF NOT (pg_catalog.has_table_privilege(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q')), 'INSERT')
-            AND pgmq._may_publish(exchange_name)) THEN
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
             HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
     END IF;
-    IF v_type = 'fanout' THEN
+    IF v_ex.exchange_type = 'fanout' THEN
         binding_key := NULL;
-    ELSIF v_type = 'direct' AND binding_key IS NULL THEN
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
             MESSAGE = format('a binding to direct exchange "%s" needs a key', exchange_name);
-    ELSIF v_type = 'topic' THEN
+    ELSIF v_ex.exchange_type = 'topic' THEN
         PERFORM pgmq.validate_topic_pattern(binding_key);
-    ELSIF v_type = 'headers' THEN
+    ELSIF v_ex.exchange_type = 'headers' THEN
         v_args := pgmq._headers_arguments(binding_key);
     END IF;
     INSERT INTO pgmq.exchange_bindings (exchange_name, queue_name, binding_key, arguments)
@@ -3611,25 +3635,25 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type  text;
+    v_ex    pgmq.exchanges;
     v_count bigint;
 BEGIN
-    SELECT e.exchange_type INTO v_type FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
         RETURN 0;
     END IF;
-    IF NOT (pg_catalog.has_table_privilege(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q')), 'INSERT')
-            AND pgmq._may_publish(exchange_name)) THEN
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
             HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
     END IF;
     DELETE FROM pgmq.exchange_bindings b
     WHERE b.exchange_name = _unbind.exchange_name AND b.queue_name = _unbind.queue_name
-      AND (_unbind.binding_key IS NULL OR v_type = 'fanout' OR b.binding_key = _unbind.binding_key);
+      AND (_unbind.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = _unbind.binding_key);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
@@ -5258,31 +5282,6 @@ COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'De
 -- ---------------------------------------------------------------- feature: access
 
 -- features/access/functions/access.sql.j2
--- _owns_queue: the caller has the privileges of the role owning the queue's table.
-CREATE FUNCTION pgmq._owns_queue(queue_name text)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-                 FROM pg_catalog.pg_class c
-                 WHERE c.oid = to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q')))),
-                false)
-$fn$;
-
--- _queue_privilege: a privilege on the queue's table, false when the queue has none.
-CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT coalesce(pg_catalog.has_table_privilege(
-                    to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q'))), $2),
-                false)
-$fn$;
-
 -- _queue_objects: what a queue's access covers: its table, its archive and its id sequence
 -- (metrics reads it), as (kind, name) pairs.
 CREATE FUNCTION pgmq._queue_objects(queue_name text)
@@ -5314,20 +5313,18 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_q   oid;
     v_obj record;
 BEGIN
-    v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q')));
-    IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text)
+       OR to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(_set_queue_access.queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of queue "%s"', _set_queue_access.queue_name);
     END IF;
     IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
-    END IF;
-    IF NOT (SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-            FROM pg_catalog.pg_class c WHERE c.oid = v_q) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
     END IF;
     FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
         IF allow AND role_name = 'public' THEN
@@ -5417,18 +5414,16 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_q    oid;
     v_obj  record;
     v_role oid;
 BEGIN
-    v_q := to_regclass(format('pgmq.%I', pgmq.format_table_name(reset_queue_access.queue_name::text, 'q')));
-    IF v_q IS NULL OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = reset_queue_access.queue_name::text) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = reset_queue_access.queue_name::text)
+       OR to_regclass(format('pgmq.%I', pgmq.format_table_name(reset_queue_access.queue_name::text, 'q'))) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', reset_queue_access.queue_name);
     END IF;
-    IF NOT (SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-            FROM pg_catalog.pg_class c WHERE c.oid = v_q) THEN
+    IF NOT pgmq._owns_queue(reset_queue_access.queue_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+            MESSAGE = format('must be owner of queue "%s"', reset_queue_access.queue_name);
     END IF;
     FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
         FOR v_role IN SELECT DISTINCT a.grantee
@@ -5466,11 +5461,12 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = grant_publish_access.exchange_name::text;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', grant_publish_access.exchange_name::text);
     END IF;
     IF NOT pgmq._owns_role(v_ex.owner) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of exchange "%s"', exchange_name);
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
     END IF;
     IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
@@ -5493,11 +5489,12 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = revoke_publish_access.exchange_name::text;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('exchange "%s" does not exist', exchange_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', revoke_publish_access.exchange_name::text);
     END IF;
     IF NOT pgmq._owns_role(v_ex.owner) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of exchange "%s"', exchange_name);
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
     END IF;
     IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);

@@ -153,6 +153,8 @@ CORE = Feature(
         _f("format_table_name", "queue_name text, prefix text", "text"),
         _f("validate_queue_name", "queue_name text", "void"),
         _f("acquire_queue_lock", "queue_name text", "void"),
+        _f("_owns_queue", "queue_name text", "boolean", upstream=False),
+        _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
         # queue management
         _f("create_non_partitioned", "queue_name text", "void"),
         _f("create_unlogged", "queue_name text", "void"),
@@ -469,8 +471,6 @@ ACCESS = Feature(
     requires=("core", "delivery", "routing", "notify", "callbacks"),
     templates=("functions/access.sql.j2", "policies.sql.j2"),
     functions=(
-        _f("_owns_queue", "queue_name text", "boolean", upstream=False),
-        _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
         _f("_queue_objects", "queue_name text", "TABLE(kind text, object_name text)", upstream=False),
         _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False),
         _f("grant_queue_access", "queue_name name, role_name name", None, upstream=False),

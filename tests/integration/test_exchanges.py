@@ -18,6 +18,14 @@ def make_queues(conn, *names):
         conn.execute("SELECT pgmq.create(%s)", (n,))
 
 
+def fanout(conn, exchange, *queues):
+    """A fanout exchange with these (new) queues bound to it."""
+    make_queues(conn, *queues)
+    conn.execute("SELECT pgmq.create_exchange(%s)", (exchange,))
+    for q in queues:
+        conn.execute("SELECT pgmq.bind_queue(%s, %s, NULL)", (q, exchange))
+
+
 def publish(conn, exchange, key, msg=None, headers=None):
     rows = conn.execute("SELECT queue_name, msg_id FROM pgmq.publish(%s, %s, %s::jsonb, %s::jsonb)",
                         (exchange, key, json.dumps(msg or {"x": 1}), json.dumps(headers) if headers else None)
@@ -117,10 +125,7 @@ def test_headers_binding_key_is_checked(conn):
 # ----------------------------------------------------------------------------- publish
 
 def test_publish_returns_each_copy_and_is_atomic(conn):
-    make_queues(conn, "ok", "picky")
-    conn.execute("SELECT pgmq.create_exchange('fan')")
-    conn.execute("SELECT pgmq.bind_queue('ok', 'fan', NULL)")
-    conn.execute("SELECT pgmq.bind_queue('picky', 'fan', NULL)")
+    fanout(conn, "fan", "ok", "picky")
     rows = conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"v\": 1}')").fetchall()
     assert [r[0] for r in rows] == ["ok", "picky"]
     for q, msg_id in rows:
@@ -132,9 +137,7 @@ def test_publish_returns_each_copy_and_is_atomic(conn):
 
 
 def test_publish_errors_change_nothing(conn):
-    make_queues(conn, "q")
-    conn.execute("SELECT pgmq.create_exchange('fan')")
-    conn.execute("SELECT pgmq.bind_queue('q', 'fan', NULL)")
+    fanout(conn, "fan", "q")
     with raises_sql("42704", 'exchange "nope" does not exist'):
         publish(conn, "nope", "k")
     with raises_sql("22004", "msg cannot be NULL"):
@@ -145,10 +148,7 @@ def test_publish_errors_change_nothing(conn):
 
 
 def test_delay_priority_and_retry_policy_apply_to_routed_copies(conn):
-    make_queues(conn, "a", "b")
-    conn.execute("SELECT pgmq.create_exchange('fan')")
-    conn.execute("SELECT pgmq.bind_queue('a', 'fan', NULL)")
-    conn.execute("SELECT pgmq.bind_queue('b', 'fan', NULL)")
+    fanout(conn, "fan", "a", "b")
     conn.execute("SELECT pgmq.set_retry_policy('b', max_retries => 0)")
     conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"n\": \"low\"}', '{\"x-pgmq-priority\": 5}')")
     conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"n\": \"high\"}', '{\"x-pgmq-priority\": 1}')")
@@ -313,9 +313,8 @@ def test_bind_and_unbind_racing_publishers(connect):
     queue b in a loop. Every publish is atomic: it returns what it wrote, a always gets a copy,
     b gets one exactly when the publish says so, and nothing is lost or written twice."""
     admin = connect()
-    make_queues(admin, "a", "b")
-    admin.execute("SELECT pgmq.create_exchange('fan')")
-    admin.execute("SELECT pgmq.bind_queue('a', 'fan', NULL)")
+    fanout(admin, "fan", "a")
+    make_queues(admin, "b")
     stop = threading.Event()
     results: list[list[tuple[str, int]]] = []
     errors: list[BaseException] = []
@@ -359,11 +358,8 @@ def test_bind_and_unbind_racing_publishers(connect):
 
 
 def test_publish_message_xml_reaches_every_queue_and_respects_payload_types(conn):
-    make_queues(conn, "x1", "x2")
+    fanout(conn, "xml_ex", "x1", "x2")
     conn.execute("SELECT pgmq.create('texts', 'text'::regtype)")
-    conn.execute("SELECT pgmq.create_exchange('xml_ex')")
-    for q in ("x1", "x2"):
-        conn.execute("SELECT pgmq.bind_queue(%s, 'xml_ex', NULL)", (q,))
     doc = '<?xml version="1.0"?><order id="7">&amp; caf\u00e9</order>'
     conn.execute("CALL pgmq.publish_message_xml('xml_ex', NULL, %s::xml, 2, '{\"x-pgmq-payload\": \"text\"}')",
                  (doc,))
@@ -383,10 +379,7 @@ def test_drop_exchange_cascade_racing_publishers(connect):
     each publish either writes a copy to every queue or fails cleanly (exchange or queue gone);
     no deadlock, no internal error."""
     admin = connect()
-    make_queues(admin, "r1", "r2", "r3")
-    admin.execute("SELECT pgmq.create_exchange('doomed')")
-    for q in ("r1", "r2", "r3"):
-        admin.execute("SELECT pgmq.bind_queue(%s, 'doomed', NULL)", (q,))
+    fanout(admin, "doomed", "r1", "r2", "r3")
     outcomes: list[str] = []
     errors: list[BaseException] = []
     started = threading.Barrier(4)
