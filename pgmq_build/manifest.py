@@ -135,7 +135,9 @@ CORE = Feature(
     templates=(
         "types.sql.j2",
         "tables.sql.j2",
+        "ownership.sql.j2",
         "functions/helpers.sql.j2",
+        "functions/ownership.sql.j2",
         "functions/queue_admin.sql.j2",
         "functions/send.sql.j2",
         "functions/send_batch.sql.j2",
@@ -145,7 +147,7 @@ CORE = Feature(
         "functions/metrics.sql.j2",
         "grants.sql.j2",
     ),
-    config_tables=("meta",),
+    config_tables=("meta", "queue_owners"),
     functions=(
         # helpers
         _f("_extension_exists", "extension_name text", "boolean"),
@@ -153,18 +155,27 @@ CORE = Feature(
         _f("format_table_name", "queue_name text, prefix text", "text"),
         _f("validate_queue_name", "queue_name text", "void"),
         _f("acquire_queue_lock", "queue_name text", "void"),
+        # ownership (templates/_macros/ownership.sql.j2)
+        _f("_is_trusted", "role_name name", "boolean", upstream=False),
+        _f("_role_owns_queue", "role_name name, queue_name text", "boolean", upstream=False),
         _f("_owns_queue", "queue_name text", "boolean", upstream=False),
+        _f("_prove_caller", "", "void", upstream=False),
+        _f("_proven_caller", "", "name", upstream=False),
+        _f("_queue_objects", "queue_name text", "TABLE(kind text, object_name text)", upstream=False),
         _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
         # queue management
         _f("create_non_partitioned", "queue_name text", "void"),
         _f("create_unlogged", "queue_name text", "void"),
         _f("create", "queue_name text", "void"),
         _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False),
-        _f("_create_queue_for", "queue_name text, unlogged boolean, owner name", "void", upstream=False,
+        _f("_create_queue_for", "queue_name text, unlogged boolean", "void", upstream=False,
            security_definer=True,
-           definer_reason="roles without CREATE on the schema (kept from them: they could plant "
-           "functions beside ours) still create queues they own; it only makes a validated queue and "
-           "hands it to a role the session user belongs to"),
+           definer_reason="queue tables belong to the extension's owner, so that no queue owner can attach "
+           "code to them; it makes a validated queue for the caller proven by _prove_caller, who becomes "
+           "its owner in queue_owners with table privileges only"),
+        _f("_drop_queue_tables", "queue_name text", "void", upstream=False, security_definer=True,
+           definer_reason="drops the tables (the extension owner's) of a queue whose owner is the caller "
+           "proven by _prove_caller"),
         _f("drop_queue", "queue_name text", "boolean"),
         _f("drop_queue", "queue_name text, partitioned boolean", "boolean"),
         _f("purge_queue", "queue_name text", "bigint"),
@@ -237,6 +248,9 @@ FIFO = Feature(
     templates=("functions/fifo_index.sql.j2", "functions/read_grouped.sql.j2"),
     functions=(
         _f("_create_fifo_index_if_not_exists", "queue_name text", "void"),
+        _f("_build_fifo_index", "queue_name text", "void", upstream=False, security_definer=True,
+           definer_reason="creates the FIFO index on a table that belongs to the extension's owner, for the "
+           "queue's owner proven by _prove_caller; the index definition is fixed"),
         _f("create_fifo_index", "queue_name text", "void"),
         _f("create_fifo_indexes_all", "", "void"),
         _f("read_grouped", "queue_name text, vt integer, qty integer", MSGS),
@@ -323,6 +337,10 @@ NOTIFY = Feature(
         _f("notify_queue_listeners", "", "trigger", security_definer=True,
            definer_reason="a trigger (cannot be called directly): senders advance the queue's throttle "
            "clock without the right to change its throttle settings; it ignores tables outside the schema"),
+        _f("_set_notify_trigger", "queue_name text, kind text, enable boolean", "void", upstream=False,
+           security_definer=True,
+           definer_reason="creates or drops one of our two fixed notification triggers on a table that belongs "
+           "to the extension's owner, for the queue's owner proven by _prove_caller"),
         _f("enable_notify_insert", "queue_name text, throttle_interval_ms integer DEFAULT 250", "void"),
         _f("disable_notify_insert", "queue_name text", "void"),
         _f("update_notify_insert", "queue_name text, throttle_interval_ms integer", "void"),
@@ -397,6 +415,10 @@ PAYLOADS = Feature(
         _f("_payload_ok", "payload text, type_name text", "boolean", upstream=False, settings=PAYLOAD_IO),
         _f("_decode_payload", "message jsonb, headers jsonb, payload_type anyelement", "anyelement",
            upstream=False, settings=PAYLOAD_IO),
+        _f("_payload_type_untrusted", "payload_type regtype", "text", upstream=False),
+        _f("_set_payload_check", "queue_name text, type_name text", "void", upstream=False, security_definer=True,
+           definer_reason="adds or drops the fixed payload CHECK constraint on a table that belongs to the "
+           "extension's owner, for the queue's owner proven by _prove_caller; trusted types only"),
         _f("set_payload_type", "queue_name text, payload_type regtype", "void", upstream=False),
         _f("create", "queue_name text, payload_type regtype", "void", upstream=False),
         _f("payload_type", "queue_name text", "regtype", upstream=False),
@@ -457,6 +479,9 @@ CALLBACKS = Feature(
         _f("_register_callback", "q_name text, proc regprocedure, callback text, caller_search_path text", None,
            upstream=False),
         _f("_unregister_callback", "q_name text, proc regprocedure, callback text", None, upstream=False),
+        _f("_make_callback_runner", "", "void", upstream=False, security_definer=True,
+           definer_reason="creates the proven caller's callback runner (a fixed SECURITY DEFINER function) "
+           "in the schema and hands it to that role, so that callbacks run with their registrant's rights"),
         _f("list_callbacks", "", f"TABLE(queue_name text, callback text, registered_at {TS})", upstream=False),
         _f("_dispatch_one", "queue_name text", "text", upstream=False),
         _f("_callback_queues", "queue_name text", "text[]", upstream=False),
@@ -471,8 +496,10 @@ ACCESS = Feature(
     requires=("core", "delivery", "routing", "notify", "callbacks"),
     templates=("functions/access.sql.j2", "policies.sql.j2"),
     functions=(
-        _f("_queue_objects", "queue_name text", "TABLE(kind text, object_name text)", upstream=False),
-        _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False),
+        _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False,
+           security_definer=True,
+           definer_reason="grants and revokes privileges on tables that belong to the extension's owner, for "
+           "the queue's owner proven by _prove_caller; only the fixed table privileges of a queue"),
         _f("grant_queue_access", "queue_name name, role_name name", None, upstream=False),
         _f("grant_queue_access", "queue_name name, role_oid oid", None, upstream=False),
         _f("revoke_queue_access", "queue_name name, role_name name", None, upstream=False),
