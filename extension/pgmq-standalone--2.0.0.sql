@@ -287,6 +287,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');  -- NULL and bad characters first
     PERFORM pgmq.validate_queue_name(queue_name);
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._create_queue_for(queue_name, unlogged);
@@ -4639,7 +4640,7 @@ WITH RECURSIVE closure(type_oid) AS (
 SELECT format('%s belongs to role %s', o.what, pg_catalog.pg_get_userbyid(o.owner))
 FROM owned o
 WHERE NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(o.owner))
-ORDER BY 1
+ORDER BY o.what LIKE 'type %' DESC, o.what
 LIMIT 1
 $fn$;
 
@@ -5433,22 +5434,21 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
     END IF;
-    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
-    IF v_existing = proc THEN
-        RETURN;  -- already registered: idempotent
-    ELSIF v_existing IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
-            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
-            HINT = 'Unregister it first: one callback per queue.';
-    END IF;
     -- The callback runs with the registrant's rights: it must be one the registrant may run.
     IF NOT has_function_privilege(proc, 'EXECUTE') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for procedure %s', proc),
             HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
     END IF;
-    INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant)
-    VALUES (q_name, proc, caller_search_path, current_user);
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing IS NULL THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant)
+        VALUES (q_name, proc, caller_search_path, current_user);
+    ELSIF v_existing <> proc THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._make_callback_runner();
 END;

@@ -596,6 +596,33 @@ CREATE TABLE IF NOT EXISTS {t} (
 )"""
 
 
+# The owner of a table can attach code (triggers, rules, defaults) that runs with the rights of
+# whoever writes to it, and a schema's owner can swap the tables in it. The connector writes into
+# its staging and progress tables only when their owners (and their schema's) have every right
+# of the role it runs as, so no less privileged role's code can run with that role's rights.
+_OWNERS = """
+SELECT kind, owner, pg_catalog.pg_has_role(owner_oid, current_user, 'USAGE')
+FROM (SELECT 'schema' AS kind, n.nspowner AS owner_oid
+      FROM pg_catalog.pg_namespace n
+      WHERE n.nspname = coalesce(%(schema)s, pg_catalog.current_schema())
+      UNION ALL
+      SELECT 'table', c.relowner FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(%(table)s)) o,
+     LATERAL (SELECT pg_catalog.pg_get_userbyid(o.owner_oid) AS owner) u
+"""
+
+
+def check_owners(conn: psycopg.Connection, name: str) -> None:
+    """Refuse a staging or progress table (or its schema) owned by a less privileged role."""
+    schema = name.split(".")[0] if "." in name else None
+    for kind, owner, trusted in conn.execute(
+            _OWNERS, {"schema": schema, "table": qualified(name).as_string(conn)}).fetchall():
+        if not trusted:
+            raise PgmqSparkError(
+                f"the {kind} of {name!r} belongs to role {owner!r}, which lacks rights of the role the "
+                "connector runs as: its code could run with those rights. Use a table and schema "
+                "owned by this role (options stagingTable / progressTable).")
+
+
 def ensure_tables(conn: psycopg.Connection, staging: str, progress: str | None) -> None:
     """Create the connector's schema and tables when missing (driver side, serialized)."""
     with conn.transaction():
@@ -603,6 +630,7 @@ def ensure_tables(conn: psycopg.Connection, staging: str, progress: str | None) 
         for name, ddl in ((staging, _STAGING_DDL), (progress, _PROGRESS_DDL)):
             if name is None:
                 continue
+            check_owners(conn, name)
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
                                   (str(qualified(name).as_string(conn)),)).fetchone()[0]
             if exists:

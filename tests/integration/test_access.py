@@ -1,6 +1,7 @@
 """Access control with real roles: the queue's owner (a plain role that created it), a role
-granted access, an ungranted role and the superuser. Every routine runs with the caller's
-rights, so an ungranted role is stopped by PostgreSQL's own privilege checks."""
+granted access, an ungranted role and the superuser. Message routines run with the caller's
+rights, so an ungranted role is stopped by PostgreSQL's own privilege checks; the queue's
+tables belong to the extension's owner (tests/integration/test_escalation.py says why)."""
 
 from __future__ import annotations
 
@@ -114,7 +115,10 @@ def test_grant_revoke_by_name_and_oid_and_reset(roles):
     assert scalar(roles.owner, "SELECT count(*) FROM pgmq.read('orders', 0, 1)") == 1
     acl = column(su, "SELECT DISTINCT a.grantee::regrole::text FROM pg_class c, aclexplode(c.relacl) a "
                      "WHERE c.relname IN ('q_orders', 'a_orders')")
-    assert acl == [n["owner"]]
+    # the tables' owner (the extension's), the queue's owner, and read-only monitoring
+    assert set(acl) == {"postgres", n["owner"], "pg_monitor"}
+    with raises_sql("0LP01"):  # the queue's owner keeps its access
+        roles.owner.execute("CALL pgmq.revoke_queue_access('orders', %s)", (n["owner"],))
 
 
 def test_access_procedures_refuse_bad_input_and_non_owners(roles):
@@ -145,8 +149,11 @@ def test_only_the_owner_administers_the_queue(roles):
     roles.ungranted.execute("SELECT pgmq.create('mine')")  # any role creates (and owns) queues
     with raises_sql("42501"):
         roles.granted.execute("SELECT pgmq.send('mine', '{}')")
-    with raises_sql("42501"):  # but only for itself
-        roles.ungranted.execute("SELECT pgmq._create_queue_for('theirs', false, %s)", (roles.names["owner"],))
+    with raises_sql("42501", "this routine acts only for callers of pgmq's API"):
+        roles.ungranted.execute("SELECT pgmq._create_queue_for('theirs', false)")
+    with raises_sql("42501"):  # but only for itself: nobody can prove to be another role
+        roles.ungranted.execute("INSERT INTO pgmq.admin_requests VALUES (pg_current_xact_id(), %s)",
+                                (roles.names["owner"],))
     roles.owner.execute("SELECT pgmq.set_retry_policy('orders', 3)")
     roles.owner.execute("SELECT pgmq.enable_notify_insert('orders')")
     roles.granted.execute("SELECT pgmq.send('orders', '{}')")  # the notify trigger runs for senders
@@ -157,21 +164,31 @@ def test_only_the_owner_administers_the_queue(roles):
 def test_queue_creation_with_and_without_create_on_the_schema(roles, connect):
     su, n = roles.su, roles.names
     owner_of = "SELECT c.relowner::regrole::text FROM pg_class c WHERE c.relname = %s"
-    assert {scalar(su, owner_of, (t,)) for t in ("q_orders", "a_orders", "q_orders_msg_id_seq")} == {n["owner"]}
+    queue_owner = "SELECT owner::text FROM pgmq.queue_owners WHERE queue_name = %s"
+    # The tables belong to the extension's owner; the role that asked owns the queue.
+    assert {scalar(su, owner_of, (t,)) for t in ("q_orders", "a_orders", "q_orders_msg_id_seq")} == {"postgres"}
+    assert scalar(su, queue_owner, ("orders",)) == n["owner"]
+    privileges = "SELECT has_table_privilege(%s, 'pgmq.q_orders', %s)"
+    for privilege, held in [("SELECT", True), ("INSERT", True), ("UPDATE", True), ("DELETE", True),
+                            ("TRUNCATE", True), ("TRIGGER", False), ("REFERENCES", False)]:
+        assert scalar(su, privileges, (n["owner"], privilege)) is held, privilege
     assert scalar(su, "SELECT has_schema_privilege(%s, 'pgmq', 'CREATE')", (n["owner"],)) is False
     roles.owner.execute("CALL pgmq.create_queue('pq')")  # pgpro_queue's form, with its retry policy
-    assert scalar(su, owner_of, ("q_pq",)) == n["owner"]
+    assert scalar(su, owner_of, ("q_pq",)) == "postgres"
+    assert scalar(su, queue_owner, ("pq",)) == n["owner"]
     assert scalar(su, "SELECT max_retries FROM pgmq.queue_settings WHERE queue_name = 'pq'") == 10
-    su.execute(f"GRANT CREATE ON SCHEMA pgmq TO {n['granted']}")
+    su.execute(f"GRANT CREATE ON SCHEMA pgmq TO {n['granted']}")  # a trusted role now
     roles.granted.execute("SELECT pgmq.create_unlogged('direct_path')")
-    assert scalar(su, owner_of, ("q_direct_path",)) == n["granted"]
+    assert scalar(su, owner_of, ("q_direct_path",)) == "postgres"
+    assert scalar(su, queue_owner, ("direct_path",)) == n["granted"]
     warned = []
-    roles.granted.add_notice_handler(lambda d: warned.append(d.message_primary))
-    roles.granted.execute("SELECT pgmq.create('orders')")  # someone else's: a warning, no change
+    roles.ungranted.add_notice_handler(lambda d: warned.append(d.message_primary))
+    roles.ungranted.execute("SELECT pgmq.create('orders')")  # someone else's: a warning, no change
     assert warned == [f'queue "orders" already exists and belongs to role "{n["owner"]}"']
-    assert scalar(su, owner_of, ("q_orders",)) == n["owner"]
+    assert scalar(su, queue_owner, ("orders",)) == n["owner"]
     roles.owner.execute("CALL pgmq.drop_queue('pq'::name)")
     assert scalar(su, "SELECT count(*) FROM pgmq.meta WHERE queue_name = 'pq'") == 0
+    assert scalar(su, "SELECT count(*) FROM pgmq.queue_owners WHERE queue_name = 'pq'") == 0
 
 
 def test_superuser_can_do_everything(roles):
