@@ -5456,13 +5456,15 @@ BEGIN
             HINT = 'Unregister it first: one callback per queue.';
     END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
     PERFORM pgmq._prove_caller();
-    PERFORM pgmq._make_callback_runner();
+    PERFORM pgmq._make_callback_runner(current_user);
 END;
 $fn$;
 
--- _make_callback_runner: the proven caller's runner (see the top of this file), made once.
--- SECURITY DEFINER: only it may create functions in the schema and hand them to a role.
-CREATE FUNCTION pgmq._make_callback_runner()
+-- _make_callback_runner: role_name's runner (see the top of this file), made when missing or
+-- altered, for a proven caller that may act as that role (the registrant itself at registration,
+-- a dispatcher that is a member of it later). SECURITY DEFINER: only it may create functions in
+-- the schema and hand them to a role.
+CREATE FUNCTION pgmq._make_callback_runner(role_name name)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -5470,13 +5472,18 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_role name := pgmq._proven_caller();
-    v_name text := '_callback_as_' || md5(v_role);
-    v_fn   regprocedure := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+    v_caller name := pgmq._proven_caller();
+    v_name   text := '_callback_as_' || md5(role_name);
+    v_fn     regprocedure := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
 BEGIN
-    IF v_fn IS NOT NULL AND EXISTS (
-        SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_role)
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+       OR NOT pg_catalog.pg_has_role(v_caller, role_name, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
+    END IF;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
         RETURN;
     END IF;
@@ -5505,11 +5512,11 @@ BEGIN
     EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
 END;');
     EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I(text, jsonb) FROM PUBLIC', v_name);
-    EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, v_role);
+    EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, role_name);
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._make_callback_runner() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner() TO PUBLIC;
+REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
 
 -- unregister_callback: stop dispatching the queue to this procedure.
 CREATE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
@@ -5599,13 +5606,14 @@ BEGIN
     END IF;
     v_runner := '_callback_as_' || md5(v_registrant);
     v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    IF v_fn IS NULL OR NOT EXISTS (
-        SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('the callback runner of role "%s" is missing or was altered', v_registrant),
-            HINT = 'Register the callback again as that role (pgmq.register_callback).';
+        -- missing (registered before 2.1.0, or its owner dropped it) or altered by its owner
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
     END IF;
     IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -5977,7 +5985,7 @@ USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- and a callback runs as the role that registered it (see callbacks.sql.j2)
+-- and a callback runs as the role that registered it
 ALTER TABLE pgmq.callbacks ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.callbacks TO PUBLIC;
 CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
@@ -5988,10 +5996,9 @@ USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (p
 CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- queue owners: written by our SECURITY DEFINER routines; trusted roles may register the
--- queues they make outside them (create_partitioned builds its tables as the caller)
+-- queue owners
 ALTER TABLE pgmq.queue_owners ENABLE ROW LEVEL SECURITY;
 GRANT INSERT ON pgmq.queue_owners TO PUBLIC;
 CREATE POLICY queue_owners_read ON pgmq.queue_owners FOR SELECT USING (true);
 CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
-    WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));
+ WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));

@@ -479,9 +479,10 @@ CALLBACKS = Feature(
         _f("_register_callback", "q_name text, proc regprocedure, callback text, caller_search_path text", None,
            upstream=False),
         _f("_unregister_callback", "q_name text, proc regprocedure, callback text", None, upstream=False),
-        _f("_make_callback_runner", "", "void", upstream=False, security_definer=True,
-           definer_reason="creates the proven caller's callback runner (a fixed SECURITY DEFINER function) "
-           "in the schema and hands it to that role, so that callbacks run with their registrant's rights"),
+        _f("_make_callback_runner", "role_name name", "void", upstream=False, security_definer=True,
+           definer_reason="creates a role's callback runner (a fixed SECURITY DEFINER function) in the schema "
+           "and hands it to that role, for a proven caller that may act as it, so that callbacks run with "
+           "their registrant's rights"),
         _f("list_callbacks", "", f"TABLE(queue_name text, callback text, registered_at {TS})", upstream=False),
         _f("_dispatch_one", "queue_name text", "text", upstream=False),
         _f("_callback_queues", "queue_name text", "text[]", upstream=False),
