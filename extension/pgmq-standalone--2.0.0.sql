@@ -5745,9 +5745,11 @@ BEGIN
     IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
     END IF;
-    IF role_name = v_owner THEN
+    IF role_name = v_owner AND allow THEN
+        RETURN;  -- it has every privilege of a queue already
+    ELSIF role_name = v_owner THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
-            MESSAGE = format('role "%s" owns queue "%s": its access cannot change', role_name, queue_name);
+            MESSAGE = format('role "%s" owns queue "%s": its access cannot be revoked', role_name, queue_name);
     END IF;
     FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
         IF allow AND role_name = 'public' THEN

@@ -224,6 +224,13 @@ CASES = [
     # access control: queue, exchange and role names
     _q(f"CALL pgmq.grant_queue_access({N}, 'postgres')", PGPRO),
     _q(f"CALL pgmq.grant_queue_access('jobs', {N})", ROLE),
+    # the SECURITY DEFINER routines behind queue DDL, called directly with a proof
+    _q(f"SELECT pgmq._prove_caller(), pgmq._drop_queue_tables({T})"),
+    _q(f"SELECT pgmq._prove_caller(), pgmq._build_fifo_index({T})"),
+    _q(f"SELECT pgmq._prove_caller(), pgmq._set_notify_trigger({T}, 'insert', true)"),
+    _q(f"SELECT pgmq._prove_caller(), pgmq._set_queue_access({N}, 'postgres', true)", PGPRO),
+    _q(f"SELECT pgmq._prove_caller(), pgmq._set_queue_access('jobs', {N}, false)", ROLE | {"0LP01"}),
+    _q(f"SELECT pgmq._prove_caller(), pgmq._make_callback_runner({N})", {"42501"}),
     _q(f"CALL pgmq.revoke_queue_access({N}, 'postgres')", PGPRO),
     _q(f"CALL pgmq.revoke_queue_access('jobs', {N})", ROLE),
     _q(f"CALL pgmq.reset_queue_access({N})", PGPRO),
