@@ -2158,6 +2158,7 @@ DECLARE
     v_type       text;
     v_configured boolean;
     v_start      text;
+    v_grant      record;
 BEGIN
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
@@ -2207,6 +2208,11 @@ BEGIN
             MESSAGE = 'partitioned queue names cannot contain "."',
             HINT = 'pg_partman does not support table names containing periods.';
     END IF;
+    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'convert_archive_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq';
+    END IF;
     PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
@@ -2235,6 +2241,33 @@ BEGIN
     END IF;
     EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || table_name, v_atable);
+    -- Whoever could use the old archive (the queue's owner, its grantees) can use the new one.
+    FOR v_grant IN SELECT a.grantee, a.privilege_type
+                   FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                   WHERE c.oid = to_regclass(format('pgmq.%I', v_old)) AND a.grantee <> c.relowner
+    LOOP
+        IF v_grant.privilege_type = 'SELECT' AND v_grant.grantee = 0 THEN
+            EXECUTE format('GRANT SELECT ON pgmq.%I TO PUBLIC', v_atable);
+        ELSIF v_grant.privilege_type = 'SELECT' THEN
+            EXECUTE format('GRANT SELECT ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
+        ELSIF v_grant.privilege_type = 'INSERT' AND v_grant.grantee = 0 THEN
+            EXECUTE format('GRANT INSERT ON pgmq.%I TO PUBLIC', v_atable);
+        ELSIF v_grant.privilege_type = 'INSERT' THEN
+            EXECUTE format('GRANT INSERT ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
+        ELSIF v_grant.privilege_type = 'UPDATE' AND v_grant.grantee = 0 THEN
+            EXECUTE format('GRANT UPDATE ON pgmq.%I TO PUBLIC', v_atable);
+        ELSIF v_grant.privilege_type = 'UPDATE' THEN
+            EXECUTE format('GRANT UPDATE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
+        ELSIF v_grant.privilege_type = 'DELETE' AND v_grant.grantee = 0 THEN
+            EXECUTE format('GRANT DELETE ON pgmq.%I TO PUBLIC', v_atable);
+        ELSIF v_grant.privilege_type = 'DELETE' THEN
+            EXECUTE format('GRANT DELETE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
+        ELSIF v_grant.privilege_type = 'TRUNCATE' AND v_grant.grantee = 0 THEN
+            EXECUTE format('GRANT TRUNCATE ON pgmq.%I TO PUBLIC', v_atable);
+        ELSIF v_grant.privilege_type = 'TRUNCATE' THEN
+            EXECUTE format('GRANT TRUNCATE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
+        END IF;
+    END LOOP;
 
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured

@@ -353,3 +353,24 @@ def test_spark_refuses_staging_tables_of_less_privileged_roles(mallory, dsn):
     _pg.ensure_tables(m.conn, "mallory.staging", None)  # its own tables are fine for mallory
     _pg.ensure_tables(su, "pgmq_spark.staging", "pgmq_spark.sink_batches")
     _assert_nothing_escalated(m)
+
+
+# ----------------------------------------------------------------------------- partitioned queues
+
+def test_partitioned_queues_need_a_trusted_role(mallory):
+    m, su = mallory, mallory.su
+    su.execute("CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman")
+    # pg_partman builds the tables as the caller, who would own them
+    with raises_sql("42501"):
+        m.conn.execute("SELECT pgmq.create_partitioned('parted', '10', '20')")
+    with raises_sql("42501"):
+        m.conn.execute("SELECT pgmq.convert_archive_partitioned('mq', '10', '20')")
+    assert scalar(su, "SELECT count(*) FROM pgmq.meta WHERE queue_name = 'parted'") == 0
+    # a superuser converts mallory's archive: mallory keeps its access, and owns nothing
+    m.conn.execute("CALL pgmq.grant_queue_access('mq', 'public')")
+    su.execute("SELECT pgmq.convert_archive_partitioned('mq', '10', '20')")
+    assert scalar(su, "SELECT relowner::regrole::text FROM pg_class WHERE relname = 'a_mq'") == "postgres"
+    assert scalar(m.conn, "SELECT pgmq.archive('mq', 1::bigint)") is True
+    assert scalar(m.conn, "SELECT count(*) FROM pgmq.a_mq") == 1
+    assert scalar(su, "SELECT has_table_privilege('public', 'pgmq.a_mq', 'INSERT')") is True
+    _assert_nothing_escalated(m)
