@@ -8,9 +8,10 @@ EXT         = pgmq
 # The control file lives in extension/, so EXTENSION stays unset (PGXS would look for
 # ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
 MODULEDIR   = extension
-EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" extension/$(EXT).control)
-DATA        = extension/$(EXT).control extension/$(EXT)--$(EXTVERSION).sql \
-              $(wildcard extension/$(EXT)--*--*.sql)
+# Every extension script: the install scripts of the released versions (frozen) and of the
+# current one, and the upgrade scripts between them (ALTER EXTENSION pgmq UPDATE runs the chain).
+# The standalone scripts (pgmq-standalone--*) are not extension files and are not installed.
+DATA        = extension/$(EXT).control $(sort $(wildcard extension/$(EXT)--*.sql))
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)

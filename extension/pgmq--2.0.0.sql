@@ -53,33 +53,6 @@ CREATE TABLE pgmq.meta (
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.meta', '');
 
--- features/core/ownership.sql.j2
--- Queue owners (README "Security"): the role that asked for a queue. Its tables belong to the
--- extension's owner; this role holds table privileges and may change the queue's settings,
--- grants and per-queue objects through the API. A queue without a row (made outside the API)
--- is administered by trusted roles only.
-CREATE TABLE pgmq.queue_owners (
-    queue_name VARCHAR PRIMARY KEY
-        CONSTRAINT queue_owners_meta_queue_name_fk
-            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
-    owner      NAME NOT NULL
-);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_owners', '');
-
-GRANT SELECT ON pgmq.queue_owners TO PUBLIC;
-
--- Who asked for a privileged change, proven by row security: a caller may only write its own
--- current_user, for its own transaction; the SECURITY DEFINER routine that acts takes the row
--- out (pgmq._proven_caller). UNLOGGED: a row lives for one call.
-CREATE UNLOGGED TABLE pgmq.admin_requests (
-    xid       XID8 PRIMARY KEY,
-    role_name NAME NOT NULL
-);
-ALTER TABLE pgmq.admin_requests ENABLE ROW LEVEL SECURITY;
-GRANT INSERT ON pgmq.admin_requests TO PUBLIC;
-CREATE POLICY admin_requests_insert ON pgmq.admin_requests FOR INSERT
-    WITH CHECK (role_name = current_user AND xid = pg_catalog.pg_current_xact_id());
-
 -- features/core/functions/helpers.sql.j2
 -- _extension_exists: whether an extension is installed in this database.
 CREATE FUNCTION pgmq._extension_exists(extension_name text)
@@ -165,6 +138,19 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
 
+-- _owns_queue: the caller has the privileges of the role owning the queue's table.
+CREATE FUNCTION pgmq._owns_queue(queue_name text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+                 FROM pg_catalog.pg_class c
+                 WHERE c.oid = to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q')))),
+                false)
+$fn$;
+
 -- _queue_privilege: a privilege of the caller on the queue's table, false when there is none.
 CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
 RETURNS boolean
@@ -177,162 +163,47 @@ SELECT coalesce(pg_catalog.has_table_privilege(
                 false)
 $fn$;
 
--- features/core/functions/ownership.sql.j2
--- _is_trusted: a role that may already run any code in this database's pgmq: a superuser, a
--- member of the schema's owner (the extension's owner), or a role with CREATE on the schema
--- (it could plant functions beside ours). Such roles administer every queue.
-CREATE FUNCTION pgmq._is_trusted(role_name name)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT coalesce((SELECT r.rolsuper
-                        OR pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
-                        OR pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
-                 FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
-                 WHERE r.rolname = $1 AND n.nspname = 'pgmq'),
-                false)
-$fn$;
-
--- _role_owns_queue: whether a role has the privileges of the queue's owner (or is trusted).
-CREATE FUNCTION pgmq._role_owns_queue(role_name name, queue_name text)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT pgmq._is_trusted($1)
-    OR coalesce((SELECT pg_catalog.pg_has_role(r.oid, o.oid, 'USAGE')
-                 FROM pgmq.queue_owners q
-                 JOIN pg_catalog.pg_roles o ON o.rolname = q.owner
-                 JOIN pg_catalog.pg_roles r ON r.rolname = $1
-                 WHERE q.queue_name = $2),
-                false)
-$fn$;
-
--- _owns_queue: the caller has the privileges of the queue's owner (or is trusted).
-CREATE FUNCTION pgmq._owns_queue(queue_name text)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT pgmq._role_owns_queue(current_user, $1)
-$fn$;
-
--- _prove_caller: record who asks, for the SECURITY DEFINER routine called next.
-CREATE FUNCTION pgmq._prove_caller()
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    INSERT INTO pgmq.admin_requests (xid, role_name) VALUES (pg_current_xact_id(), current_user);
-END;
-$fn$;
-
--- _proven_caller: who asked (see _prove_caller); the proof is used up. Only SECURITY DEFINER
--- routines can read it.
-CREATE FUNCTION pgmq._proven_caller()
-RETURNS name
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_role name;
-BEGIN
-    DELETE FROM pgmq.admin_requests r WHERE r.xid = pg_current_xact_id() RETURNING r.role_name INTO v_role;
-    IF v_role IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'this routine acts only for callers of pgmq''s API';
-    END IF;
-    RETURN v_role;
-END;
-$fn$;
-
--- _queue_objects: what a queue's privileges cover: its table, its archive and its id sequence
--- (metrics reads it), as (kind, name) pairs.
-CREATE FUNCTION pgmq._queue_objects(queue_name text)
-RETURNS TABLE(kind text, object_name text)
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_q text := pgmq.format_table_name(queue_name, 'q');
-    v_a text := pgmq.format_table_name(queue_name, 'a');
-BEGIN
-    RETURN QUERY
-    SELECT 'TABLE', c.relname::text FROM pg_catalog.pg_class c
-    WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname IN (v_q, v_a)
-    UNION ALL
-    SELECT 'SEQUENCE', s.relname::text
-    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
-    WHERE d.refobjid = to_regclass(format('pgmq.%I', v_q)) AND d.classid = 'pg_catalog.pg_class'::regclass
-      AND d.deptype IN ('a', 'i');
-END;
-$fn$;
-
 -- features/core/functions/queue_admin.sql.j2
--- _create_queue_tables: a plain queue (logged or unlogged q_ table, an archive). Idempotent:
--- creating an existing queue changes nothing. The tables are made by _create_queue_for.
+-- _create_queue_tables: the q_/a_ tables, their indexes and the meta row of a plain queue.
+-- Idempotent: creating an existing queue changes nothing.
 CREATE FUNCTION pgmq._create_queue_tables(queue_name text, unlogged boolean)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');  -- NULL and bad characters first
-    PERFORM pgmq.validate_queue_name(queue_name);
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._create_queue_for(queue_name, unlogged);
-END;
-$fn$;
-
--- _create_queue_for: makes a plain queue for the proven caller. SECURITY DEFINER: the tables
--- belong to the extension's owner (a queue's owner must not be able to attach code to them);
--- the caller becomes the queue's owner in queue_owners and gets table privileges. An existing
--- queue is left as it is (another role's: with a WARNING).
-CREATE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
 DECLARE
-    v_caller   name := pgmq._proven_caller();
     v_qtable   text := pgmq.format_table_name(queue_name, 'q');
     v_atable   text := pgmq.format_table_name(queue_name, 'a');
     v_existing text;
     v_owner    name;
-    v_new      boolean;
-    v_obj      record;
 BEGIN
     PERFORM pgmq.validate_queue_name(queue_name);
+    -- Roles without CREATE on the schema (which is kept from them: it would let them plant
+    -- functions next to ours) have their queue made for them, and own it.
+    IF NOT pg_catalog.has_schema_privilege('pgmq', 'CREATE') THEN
+        PERFORM pgmq._create_queue_for(queue_name, unlogged, current_user);
+        RETURN;
+    END IF;
     PERFORM pgmq.acquire_queue_lock(queue_name);
 
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
-    WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
-      AND m.queue_name <> _create_queue_for.queue_name;
+    WHERE lower(m.queue_name) = lower(_create_queue_tables.queue_name)
+      AND m.queue_name <> _create_queue_tables.queue_name;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
             MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
             HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
     END IF;
     -- Creating is idempotent, but not silently so when the queue is another role's.
-    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
-    v_new := to_regclass(format('pgmq.%I', v_qtable)) IS NULL;
-    IF NOT v_new AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name,
-            coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
-                               WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
-        RETURN;  -- not ours to complete
+    SELECT c.relowner::regrole::name INTO v_owner FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_owner IS DISTINCT FROM current_user AND v_owner IS NOT NULL THEN
+        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        IF NOT pg_catalog.pg_has_role(current_user, v_owner, 'USAGE') THEN
+            RETURN;  -- not ours to complete
+        END IF;
     END IF;
 
     IF unlogged THEN
@@ -386,22 +257,42 @@ BEGIN
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
     VALUES (queue_name, false, unlogged)
     ON CONFLICT DO NOTHING;
-    IF v_new THEN
-        INSERT INTO pgmq.queue_owners (queue_name, owner) VALUES (queue_name, v_caller);
-        IF v_caller <> current_user THEN
-            FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name) LOOP
-                IF v_obj.kind = 'TABLE' THEN
-                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLE pgmq.%I TO %I', v_obj.object_name, v_caller);
-                ELSIF v_obj.kind = 'SEQUENCE' THEN
-                    EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, v_caller);
-                END IF;
-            END LOOP;
-        END IF;
-    END IF;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) TO PUBLIC;
+
+-- _create_queue_for: makes a plain queue for a role that may not create objects in the schema,
+-- and hands it over (tables, their sequence). SECURITY DEFINER: it runs as the extension's
+-- owner. `owner` must be a role the session's user belongs to (the caller's current_user), so
+-- nobody can make queues on another role's behalf; an existing queue is left as it is.
+CREATE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_atable text := pgmq.format_table_name(queue_name, 'a');
+BEGIN
+    IF owner IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = owner)
+       OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('cannot create a queue for role "%s"', owner);
+    END IF;
+    PERFORM pgmq.validate_queue_name(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+        PERFORM pgmq._create_queue_tables(queue_name, unlogged);  -- idempotent: checks, warns
+        RETURN;
+    END IF;
+    PERFORM pgmq._create_queue_tables(queue_name, unlogged);
+    EXECUTE format('ALTER TABLE pgmq.%I OWNER TO %I', v_qtable, owner);
+    EXECUTE format('ALTER TABLE pgmq.%I OWNER TO %I', v_atable, owner);
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean, owner name) TO PUBLIC;
 
 -- create_non_partitioned: a queue with a logged q_ table and an archive.
 CREATE FUNCTION pgmq.create_non_partitioned(queue_name text)
@@ -467,11 +358,6 @@ BEGIN
         RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
         RETURN false;
     END IF;
-    -- Checked before anything is changed; _drop_queue_tables checks again for itself.
-    IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
-    END IF;
 
     -- pg_partman keeps one part_config row (and a template table) per partitioned table; left
     -- behind, they would break its maintenance of every other table. An archive converted by
@@ -498,32 +384,6 @@ BEGIN
         END LOOP;
     END IF;
 
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._drop_queue_tables(queue_name);
-    RETURN true;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
-
--- _drop_queue_tables: drops a queue's tables (they belong to the extension's owner, hence
--- SECURITY DEFINER) and its catalog rows, for the queue's owner.
-CREATE FUNCTION pgmq._drop_queue_tables(queue_name text)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller name;
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
-    v_atable text := pgmq.format_table_name(queue_name, 'a');
-BEGIN
-    v_caller := pgmq._proven_caller();
-    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
-    END IF;
     -- Queues made by releases before upstream 1.6 were extension members; a member table
     -- cannot be dropped until it leaves the extension.
     IF pgmq._belongs_to_pgmq(v_qtable) THEN
@@ -536,11 +396,11 @@ BEGIN
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_qtable);
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_atable);
     -- Rows in other catalog tables reference meta with ON DELETE CASCADE.
-    DELETE FROM pgmq.meta m WHERE m.queue_name = _drop_queue_tables.queue_name;
+    DELETE FROM pgmq.meta m WHERE m.queue_name = drop_queue.queue_name;
+    RETURN true;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._drop_queue_tables(queue_name text) TO PUBLIC;
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
 
 -- drop_queue(queue_name, partitioned): deprecated upstream; kept for old clients.
 CREATE FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean)
@@ -1360,12 +1220,6 @@ BEGIN
                                  coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
                                            WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
         END IF;
-        -- Dead letters are written by whoever consumes this queue: its owner may send them only
-        -- where it may send itself.
-        IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
-        END IF;
     END IF;
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
@@ -1958,13 +1812,6 @@ DECLARE
     v_keydef     text;
 BEGIN
     PERFORM pgmq.validate_queue_name(queue_name);
-    -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
-    -- them: only a trusted role may, so that no untrusted role owns a queue table.
-    IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'create_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq',
-            HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
-    END IF;
     IF premake IS NULL OR premake < 1 THEN
         RAISE EXCEPTION 'premake must be at least 1, got %', premake USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -2130,9 +1977,6 @@ BEGIN
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
     VALUES (queue_name, true, false)
     ON CONFLICT DO NOTHING;
-    INSERT INTO pgmq.queue_owners (queue_name, owner)
-    VALUES (queue_name, current_user)
-    ON CONFLICT DO NOTHING;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
@@ -2158,7 +2002,6 @@ DECLARE
     v_type       text;
     v_configured boolean;
     v_start      text;
-    v_grant      record;
 BEGIN
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
@@ -2208,11 +2051,6 @@ BEGIN
             MESSAGE = 'partitioned queue names cannot contain "."',
             HINT = 'pg_partman does not support table names containing periods.';
     END IF;
-    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
-    IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'convert_archive_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq';
-    END IF;
     PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
@@ -2241,33 +2079,6 @@ BEGIN
     END IF;
     EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || table_name, v_atable);
-    -- Whoever could use the old archive (the queue's owner, its grantees) can use the new one.
-    FOR v_grant IN SELECT a.grantee, a.privilege_type
-                   FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-                   WHERE c.oid = to_regclass(format('pgmq.%I', v_old)) AND a.grantee <> c.relowner
-    LOOP
-        IF v_grant.privilege_type = 'SELECT' AND v_grant.grantee = 0 THEN
-            EXECUTE format('GRANT SELECT ON pgmq.%I TO PUBLIC', v_atable);
-        ELSIF v_grant.privilege_type = 'SELECT' THEN
-            EXECUTE format('GRANT SELECT ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
-        ELSIF v_grant.privilege_type = 'INSERT' AND v_grant.grantee = 0 THEN
-            EXECUTE format('GRANT INSERT ON pgmq.%I TO PUBLIC', v_atable);
-        ELSIF v_grant.privilege_type = 'INSERT' THEN
-            EXECUTE format('GRANT INSERT ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
-        ELSIF v_grant.privilege_type = 'UPDATE' AND v_grant.grantee = 0 THEN
-            EXECUTE format('GRANT UPDATE ON pgmq.%I TO PUBLIC', v_atable);
-        ELSIF v_grant.privilege_type = 'UPDATE' THEN
-            EXECUTE format('GRANT UPDATE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
-        ELSIF v_grant.privilege_type = 'DELETE' AND v_grant.grantee = 0 THEN
-            EXECUTE format('GRANT DELETE ON pgmq.%I TO PUBLIC', v_atable);
-        ELSIF v_grant.privilege_type = 'DELETE' THEN
-            EXECUTE format('GRANT DELETE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
-        ELSIF v_grant.privilege_type = 'TRUNCATE' AND v_grant.grantee = 0 THEN
-            EXECUTE format('GRANT TRUNCATE ON pgmq.%I TO PUBLIC', v_atable);
-        ELSIF v_grant.privilege_type = 'TRUNCATE' THEN
-            EXECUTE format('GRANT TRUNCATE ON pgmq.%I TO %I', v_atable, pg_catalog.pg_get_userbyid(v_grant.grantee));
-        END IF;
-    END LOOP;
 
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured
@@ -2395,33 +2206,28 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._build_fifo_index(queue_name);
+    EXECUTE format(
+        $q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((COALESCE(headers ->> 'x-pgmq-group', '_default_fifo_group')), msg_id)$q$,
+        v_qtable || '_fifo_idx', v_qtable);
 END;
 $fn$;
 
--- _build_fifo_index: builds the FIFO index of a queue for its owner (the table belongs to the
--- extension's owner, hence SECURITY DEFINER); replaces an index of that name that is not the
--- FIFO btree (upstream's GIN on headers). Idempotent.
-CREATE FUNCTION pgmq._build_fifo_index(queue_name text)
+-- create_fifo_index: builds the FIFO index of one queue; replaces an index of that name that is
+-- not the FIFO btree (upstream's GIN on headers). Idempotent.
+CREATE FUNCTION pgmq.create_fifo_index(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_caller name;
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
     v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
     v_index  regclass := to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx'));
 BEGIN
-    v_caller := pgmq._proven_caller();
-    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
-    END IF;
     IF v_index IS NOT NULL THEN
         IF EXISTS (
             SELECT 1
@@ -2439,28 +2245,12 @@ BEGIN
         RAISE NOTICE 'replacing index % of queue %, which is not the FIFO btree index', v_index, queue_name;
         EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
     END IF;
-    EXECUTE format(
-        $q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((COALESCE(headers ->> 'x-pgmq-group', '_default_fifo_group')), msg_id)$q$,
-        v_qtable || '_fifo_idx', v_qtable);
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._build_fifo_index(queue_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._build_fifo_index(queue_name text) TO PUBLIC;
-
--- create_fifo_index: builds the FIFO index of one queue (see _build_fifo_index). Idempotent.
-CREATE FUNCTION pgmq.create_fifo_index(queue_name text)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
     PERFORM pgmq._create_fifo_index_if_not_exists(queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.create_fifo_index(queue_name text) IS 'Create the index that makes grouped (FIFO) reads fast (idempotent).';
 
--- create_fifo_indexes_all: create_fifo_index for every queue the caller owns.
+-- create_fifo_indexes_all: create_fifo_index for every queue in the registry.
 CREATE FUNCTION pgmq.create_fifo_indexes_all()
 RETURNS void
 LANGUAGE plpgsql
@@ -2470,14 +2260,12 @@ AS $fn$
 DECLARE
     v_queue text;
 BEGIN
-    -- The queues the caller owns (a superuser's: all of them).
-    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
-                   WHERE pgmq._owns_queue(m.queue_name) ORDER BY m.queue_name LOOP
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m ORDER BY m.queue_name LOOP
         PERFORM pgmq.create_fifo_index(v_queue);
     END LOOP;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue the caller owns (idempotent).';
+COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue (idempotent).';
 
 -- features/fifo/functions/read_grouped.sql.j2
 -- read_grouped: SQS FIFO batches; leases messages of the oldest group with nothing in flight.
@@ -4279,52 +4067,6 @@ COMMENT ON FUNCTION pgmq.notify_queue_listeners() IS 'Trigger behind enable_noti
 REVOKE ALL ON FUNCTION pgmq.notify_queue_listeners() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq.notify_queue_listeners() TO PUBLIC;
 
--- _set_notify_trigger: creates or drops a queue's notification trigger, kind 'insert'
--- (notify_queue_listeners) or 'msg_id' (_notify_msg_id), for the queue's owner proven by
--- _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner.
-CREATE FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller name;
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
-BEGIN
-    v_caller := pgmq._proven_caller();
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
-    END IF;
-    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
-    IF kind = 'insert' AND enable THEN
-        EXECUTE format(
-            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners
-               AFTER INSERT ON pgmq.%I
-               DEFERRABLE INITIALLY DEFERRED
-               FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners(%L)$q$,
-            v_qtable, queue_name);
-    ELSIF kind = 'insert' THEN
-        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I', v_qtable);
-    ELSIF kind = 'msg_id' AND enable THEN
-        EXECUTE format(
-            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_msg_id
-               AFTER INSERT ON pgmq.%I
-               DEFERRABLE INITIALLY DEFERRED
-               FOR EACH ROW EXECUTE FUNCTION pgmq._notify_msg_id(%L)$q$,
-            v_qtable, queue_name);
-    ELSIF kind = 'msg_id' THEN
-        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_msg_id ON pgmq.%I', v_qtable);
-    ELSE
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = format('unknown trigger kind %s', kind);
-    END IF;
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) TO PUBLIC;
-
 -- enable_notify_insert: NOTIFY pgmq.q_<queue_name>.INSERT when messages are committed.
 CREATE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
 RETURNS void
@@ -4352,8 +4094,13 @@ BEGIN
     ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
         SET throttle_interval_ms = EXCLUDED.throttle_interval_ms,
             last_notified_at = to_timestamp(0);
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_notify_trigger(queue_name, 'insert', true);
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    EXECUTE format(
+        $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners
+           AFTER INSERT ON pgmq.%I
+           DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners(%L)$q$,
+        v_qtable, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Notify channel pgmq.q_<queue_name>.INSERT on committed inserts, at most once per throttle_interval_ms.';
@@ -4366,8 +4113,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_notify_trigger(queue_name, 'insert', false);
+    EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I',
+                   pgmq.format_table_name(queue_name, 'q'));
     DELETE FROM pgmq.notify_insert_throttle t WHERE t.queue_name = disable_notify_insert.queue_name;
 END;
 $fn$;
@@ -4447,8 +4194,13 @@ BEGIN
             MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
     END IF;
     PERFORM pgmq.disable_notify_msg_id(queue_name);
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_notify_trigger(queue_name, 'msg_id', true);
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    EXECUTE format(
+        $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_msg_id
+           AFTER INSERT ON pgmq.%I
+           DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION pgmq._notify_msg_id(%L)$q$,
+        v_qtable, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.enable_notify_msg_id(queue_name text) IS 'NOTIFY pgmq.q_<queue_name>.MSG_ID with the msg_id as payload for every committed message.';
@@ -4461,8 +4213,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_notify_trigger(queue_name, 'msg_id', false);
+    EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_msg_id ON pgmq.%I',
+                   pgmq.format_table_name(queue_name, 'q'));
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-message msg_id notifications for a queue.';
@@ -4625,106 +4377,6 @@ BEGIN
 END;
 $fn$;
 
--- _payload_type_untrusted: NULL when converting text to the type runs only code of trusted
--- roles (_is_trusted); else what does not. A typed queue converts payloads in its CHECK
--- constraint (on every insert and update, whoever runs it) and in read_payload, so a domain
--- CHECK or a composite's column type of an untrusted role's making would run with the rights
--- of any reader. Walked: the type, domains' base types, array elements, composite columns,
--- range subtypes; each must be owned by a trusted role (its owner could change it later),
--- enums excepted (they run no code), and every function, operator and cast a domain constraint
--- uses must belong to a trusted role.
-CREATE FUNCTION pgmq._payload_type_untrusted(payload_type regtype)
-RETURNS text
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-WITH RECURSIVE closure(type_oid) AS (
-    SELECT $1::oid
-    UNION
-    SELECT n.next
-    FROM closure c
-    JOIN pg_catalog.pg_type t ON t.oid = c.type_oid
-    CROSS JOIN LATERAL (
-        SELECT t.typbasetype WHERE t.typtype = 'd'
-        UNION ALL
-        SELECT t.typelem WHERE t.typelem <> 0 AND t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc
-        UNION ALL
-        SELECT a.atttypid FROM pg_catalog.pg_attribute a
-        WHERE t.typtype = 'c' AND a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
-        UNION ALL
-        SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid
-        UNION ALL
-        SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid
-    ) n(next)
-), owned(what, owner) AS (
-    -- the types themselves (arrays follow their element; enums run no code)
-    SELECT format('type %s', t.oid::regtype), t.typowner
-    FROM closure c JOIN pg_catalog.pg_type t ON t.oid = c.type_oid
-    WHERE t.typtype <> 'e' AND NOT (t.typelem <> 0 AND t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc)
-    UNION ALL
-    -- what domain constraints call: functions, operators' functions, casts' functions
-    SELECT format('function %s (in a constraint of domain %s)', p.oid::regprocedure, t.oid::regtype), p.proowner
-    FROM closure c
-    JOIN pg_catalog.pg_type t ON t.oid = c.type_oid AND t.typtype = 'd'
-    JOIN pg_catalog.pg_constraint k ON k.contypid = t.oid
-    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid = k.oid
-    JOIN pg_catalog.pg_proc p ON p.oid = CASE d.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN d.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN (SELECT o.oprcode FROM pg_catalog.pg_operator o WHERE o.oid = d.refobjid)
-        WHEN 'pg_catalog.pg_cast'::regclass THEN (SELECT k2.castfunc FROM pg_catalog.pg_cast k2 WHERE k2.oid = d.refobjid)
-    END
-)
-SELECT format('%s belongs to role %s', o.what, pg_catalog.pg_get_userbyid(o.owner))
-FROM owned o
-WHERE NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(o.owner))
-ORDER BY o.what LIKE 'type %' DESC, o.what
-LIMIT 1
-$fn$;
-
--- _set_payload_check: puts on a queue's table the CHECK constraint pgmq_payload_type for
--- type_name (format_type spelling; NULL: none, the queue takes jsonb), for the queue's owner
--- proven by _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The
--- type must be trusted (_payload_type_untrusted): the constraint runs its input function for
--- every writer.
-CREATE FUNCTION pgmq._set_payload_check(queue_name text, type_name text)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller    name;
-    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
-    v_untrusted text;
-BEGIN
-    v_caller := pgmq._proven_caller();
-    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
-    END IF;
-    IF type_name IS NOT NULL THEN
-        v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
-        IF v_untrusted IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('payload type %s is not trusted: %s', type_name, v_untrusted);
-        END IF;
-    END IF;
-    -- On a partitioned queue the constraint reaches every partition, present and future.
-    EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT IF EXISTS pgmq_payload_type', v_qtable);
-    IF type_name IS NOT NULL THEN
-        EXECUTE format(
-            $q$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
-               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string'
-                               AND pgmq._payload_ok(message #>> '{}', %L), false))$q$,
-            v_qtable, type_name, type_name);
-    END IF;
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) TO PUBLIC;
-
 -- set_payload_type: fix the payload type of an empty queue (jsonb: back to untyped).
 CREATE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
 RETURNS void
@@ -4739,7 +4391,6 @@ DECLARE
     v_new    text;
     v_busy   boolean;
     v_source text;
-    v_untrusted text;
 BEGIN
     IF set_payload_type.payload_type IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload_type cannot be NULL';
@@ -4750,12 +4401,6 @@ BEGIN
             MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
     END IF;
     v_new := format_type(set_payload_type.payload_type, NULL);
-    v_untrusted := pgmq._payload_type_untrusted(set_payload_type.payload_type);
-    IF v_untrusted IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_new, v_untrusted),
-            HINT = 'A payload type and everything its input runs must belong to a superuser or the extension''s owner (README "Security").';
-    END IF;
 
     PERFORM pgmq.acquire_queue_lock(queue_name);
     v_old := pgmq._payload_type_of(queue_name);
@@ -4806,8 +4451,17 @@ BEGIN
         END IF;
     END LOOP;
 
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'));
+    -- On a partitioned queue the constraint reaches every partition, present and future.
+    IF v_old <> 'jsonb' THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT IF EXISTS pgmq_payload_type', v_qtable);
+    END IF;
+    IF v_new <> 'jsonb' THEN
+        EXECUTE format(
+            $q$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string'
+                               AND pgmq._payload_ok(message #>> '{}', %L), false))$q$,
+            v_qtable, v_new, v_new);
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
@@ -4889,13 +4543,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
-    END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
            pgmq._decode_payload(r.message, r.headers, read_payload.payload_type), r.headers
@@ -4918,13 +4565,6 @@ BEGIN
     IF v_held <> v_given THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
-    END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
     END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
@@ -5413,9 +5053,7 @@ CREATE TABLE pgmq.callbacks (
     callback      REGPROCEDURE NOT NULL,
     -- the registrant's search_path: the callback runs with it, as if called by them
     search_path   TEXT NOT NULL DEFAULT '"$user", public',
-    registered_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
-    -- the role that registered it: dispatch runs the callback with this role's rights only
-    registrant    NAME NOT NULL DEFAULT current_user
+    registered_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.callbacks', '');
 
@@ -5473,83 +5111,17 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
     END IF;
-    -- The callback runs with the registrant's rights: it must be one the registrant may run.
-    IF NOT has_function_privilege(proc, 'EXECUTE') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for procedure %s', proc),
-            HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
-    END IF;
     SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
-    IF v_existing IS NULL THEN
-        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant)
-        VALUES (q_name, proc, caller_search_path, current_user);
-    ELSIF v_existing <> proc THEN
+    IF v_existing = proc THEN
+        RETURN;  -- already registered: idempotent
+    ELSIF v_existing IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._make_callback_runner(current_user);
+    END IF;
+    INSERT INTO pgmq.callbacks (queue_name, callback, search_path) VALUES (q_name, proc, caller_search_path);
 END;
 $fn$;
-
--- _make_callback_runner: role_name's runner (see the top of this file), made when missing or
--- altered, for a proven caller that may act as that role (the registrant itself at registration,
--- a dispatcher that is a member of it later). SECURITY DEFINER: only it may create functions in
--- the schema and hand them to a role.
-CREATE FUNCTION pgmq._make_callback_runner(role_name name)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller name := pgmq._proven_caller();
-    v_name   text := '_callback_as_' || md5(role_name);
-    v_fn     regprocedure := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
-       OR NOT pg_catalog.pg_has_role(v_caller, role_name, 'MEMBER') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
-    END IF;
-    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef
-          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        RETURN;
-    END IF;
-    IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
-        EXECUTE format('DROP FUNCTION pgmq.%I(text, jsonb)', v_name);
-    END IF;
-    EXECUTE format('CREATE FUNCTION pgmq.%I(queue_name text, message jsonb) RETURNS void '
-                   'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
-                   v_name, 'DECLARE
-    v_schema pg_catalog.name;
-    v_name   pg_catalog.name;
-    v_path   pg_catalog.text;
-BEGIN
-    SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
-    FROM pgmq.callbacks c
-    JOIN pg_catalog.pg_proc p ON p.oid = c.callback
-    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-    WHERE c.queue_name = $1 AND c.registrant = current_user;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
-            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
-    END IF;
-    -- The registrant''s search_path while the callback runs; this function''s SET clause puts
-    -- the pinned one back on exit. The CALL is qualified and built before.
-    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
-    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
-END;');
-    EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I(text, jsonb) FROM PUBLIC', v_name);
-    EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, role_name);
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
 
 -- unregister_callback: stop dispatching the queue to this procedure.
 CREATE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
@@ -5616,50 +5188,37 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_registrant name;
-    v_runner     text;
-    v_fn         regprocedure;
-    v_msg        pgmq.message_record;
-    v_error      text;
+    v_proc   regprocedure;
+    v_path   text;
+    v_schema text;
+    v_name   text;
+    v_msg    pgmq.message_record;
+    v_error  text;
+    v_call   text;
 BEGIN
-    SELECT c.registrant INTO v_registrant
+    SELECT c.callback, c.search_path INTO v_proc, v_path
     FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
-    IF NOT FOUND THEN
+    IF v_proc IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;
-    -- The callback runs as its registrant, through the registrant's runner: only a dispatcher
-    -- that may act as that role runs it, and only through an unaltered runner. Checked before a
-    -- message is claimed, so a refusal counts no attempt.
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-       OR NOT pg_catalog.pg_has_role(current_user, v_registrant, 'MEMBER') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of queue "%s", registered by role "%s"',
-                             current_user, queue_name, v_registrant),
-            HINT = 'Callbacks run with their registrant''s rights: dispatch as that role, or as a member of it.';
-    END IF;
-    v_runner := '_callback_as_' || md5(v_registrant);
-    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef
-          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (registered before 2.1.0, or its owner dropped it) or altered by its owner
-        PERFORM pgmq._prove_caller();
-        PERFORM pgmq._make_callback_runner(v_registrant);
-        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    END IF;
-    IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of role "%s"', current_user, v_registrant);
-    END IF;
+    SELECT n.nspname, p.proname INTO v_schema, v_name
+    FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE p.oid = v_proc;
 
     v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
+    v_call := format('CALL %I.%I($1)', v_schema, v_name);
     BEGIN
-        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+        -- The callback runs with its registrant's search_path, ours is back right after. In
+        -- between nothing is resolved by name: the statement is built before, and the one call
+        -- that runs under that path is qualified.
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        EXECUTE v_call USING v_msg.message;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     EXCEPTION WHEN OTHERS THEN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
         RETURN 'failed';
@@ -5728,67 +5287,49 @@ COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'De
 -- ---------------------------------------------------------------- feature: access
 
 -- features/access/functions/access.sql.j2
--- _set_queue_access: grant (allow) or revoke a role's access to the queue, its archive and its
--- id sequence; with role_name NULL, reset: every grant goes but the queue owner's and
--- pg_monitor's (read-only monitoring of every queue). SECURITY DEFINER: the tables belong to the
--- extension's owner; it acts for the queue's owner proven by _prove_caller.
+-- _queue_objects: what a queue's access covers: its table, its archive and its id sequence
+-- (metrics reads it), as (kind, name) pairs.
+CREATE FUNCTION pgmq._queue_objects(queue_name text)
+RETURNS TABLE(kind text, object_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_q text := pgmq.format_table_name(queue_name, 'q');
+    v_a text := pgmq.format_table_name(queue_name, 'a');
+BEGIN
+    RETURN QUERY
+    SELECT 'TABLE', c.relname::text FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname IN (v_q, v_a)
+    UNION ALL
+    SELECT 'SEQUENCE', s.relname::text
+    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+    WHERE d.refobjid = to_regclass(format('pgmq.%I', v_q)) AND d.classid = 'pg_catalog.pg_class'::regclass
+      AND d.deptype IN ('a', 'i');
+END;
+$fn$;
+
+-- _set_queue_access: grant or revoke a role's access to the queue and its archive.
 CREATE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_caller name;
-    v_owner  name;
-    v_obj    record;
-    v_role   oid;
+    v_obj record;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text)
        OR to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
     END IF;
-    v_caller := pgmq._proven_caller();
-    IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
+    IF NOT pgmq._owns_queue(_set_queue_access.queue_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name::text);
-    END IF;
-    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
-    IF role_name IS NULL THEN
-        FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
-            FOR v_role IN SELECT DISTINCT a.grantee
-                          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-                          WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
-                            AND a.grantee <> c.relowner
-                            AND a.grantee NOT IN (SELECT r.oid FROM pg_catalog.pg_roles r
-                                                  WHERE r.rolname IN (v_owner, 'pg_monitor'))
-            LOOP
-                IF v_role = 0 THEN
-                    IF v_obj.kind = 'TABLE' THEN
-                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
-                    ELSIF v_obj.kind = 'SEQUENCE' THEN
-                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
-                    END IF;
-                ELSE
-                    IF v_obj.kind = 'TABLE' THEN
-                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
-                    ELSIF v_obj.kind = 'SEQUENCE' THEN
-                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
-                    END IF;
-                END IF;
-            END LOOP;
-        END LOOP;
-        RETURN;
+            MESSAGE = format('must be owner of queue "%s"', _set_queue_access.queue_name);
     END IF;
     IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
-    END IF;
-    IF role_name = v_owner AND allow THEN
-        RETURN;  -- it has every privilege of a queue already
-    ELSIF role_name = v_owner THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
-            MESSAGE = format('role "%s" owns queue "%s": its access cannot be revoked', role_name, queue_name);
     END IF;
     FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
         IF allow AND role_name = 'public' THEN
@@ -5819,8 +5360,6 @@ BEGIN
     END LOOP;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) TO PUBLIC;
 
 -- grant_queue_access: by role name or role oid (pgpro_queue's two forms). Owner only.
 CREATE PROCEDURE pgmq.grant_queue_access(queue_name name, role_name name)
@@ -5828,7 +5367,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_queue_access(queue_name, role_name, true);
 END;
 $fn$;
@@ -5844,7 +5382,6 @@ BEGIN
     IF v_role IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role with OID %s does not exist', role_oid);
     END IF;
-    PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_queue_access(queue_name, v_role, true);
 END;
 $fn$;
@@ -5856,7 +5393,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_queue_access(queue_name, role_name, false);
 END;
 $fn$;
@@ -5872,23 +5408,52 @@ BEGIN
     IF v_role IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role with OID %s does not exist', role_oid);
     END IF;
-    PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_queue_access(queue_name, v_role, false);
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.revoke_queue_access(queue_name name, role_oid oid) IS 'As revoke_queue_access(queue_name, role_name), the role given by oid.';
 
--- reset_queue_access: only the queue's owner (and pg_monitor, read-only) keep access.
+-- reset_queue_access: only the owner keeps access (every other grant goes, PUBLIC's too).
 CREATE PROCEDURE pgmq.reset_queue_access(queue_name name)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_obj  record;
+    v_role oid;
 BEGIN
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_queue_access(queue_name, NULL, false);
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = reset_queue_access.queue_name::text)
+       OR to_regclass(format('pgmq.%I', pgmq.format_table_name(reset_queue_access.queue_name::text, 'q'))) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', reset_queue_access.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(reset_queue_access.queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of queue "%s"', reset_queue_access.queue_name);
+    END IF;
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+        FOR v_role IN SELECT DISTINCT a.grantee
+                      FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                      WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
+                        AND a.grantee <> c.relowner
+        LOOP
+            IF v_role = 0 THEN
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                END IF;
+            ELSE
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                END IF;
+            END IF;
+        END LOOP;
+    END LOOP;
 END;
 $fn$;
-COMMENT ON PROCEDURE pgmq.reset_queue_access(queue_name name) IS 'Remove every role''s access to a queue except its owner''s and pg_monitor''s (queue owner only).';
+COMMENT ON PROCEDURE pgmq.reset_queue_access(queue_name name) IS 'Remove every role''s access to a queue except its owner''s (queue owner only).';
 
 -- grant_publish_access: who may publish to an exchange besides its owner; 'public' is
 -- everyone (the default of a new exchange). pgpro_queue allows superusers; so do we, and owners.
@@ -5949,7 +5514,7 @@ COMMENT ON PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name na
 -- Everyone may call the functions; what they can do is decided by table privileges.
 GRANT USAGE ON SCHEMA pgmq TO PUBLIC;
 
--- meta: a queue's row is written by our SECURITY DEFINER routines or a trusted role (create_partitioned;
+-- meta: a queue's row is written by whoever owns its tables (create_* creates them first;
 -- drop_queue deletes the row after dropping them, hence the missing-table case).
 ALTER TABLE pgmq.meta ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.meta TO PUBLIC;
@@ -6020,20 +5585,12 @@ USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- and a callback runs as the role that registered it
 ALTER TABLE pgmq.callbacks ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.callbacks TO PUBLIC;
 CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
 CREATE POLICY callbacks_insert ON pgmq.callbacks FOR INSERT
- WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
+ WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY callbacks_update ON pgmq.callbacks FOR UPDATE
-USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
 USING (pgmq._owns_queue(queue_name));
-
--- queue owners
-ALTER TABLE pgmq.queue_owners ENABLE ROW LEVEL SECURITY;
-GRANT INSERT ON pgmq.queue_owners TO PUBLIC;
-CREATE POLICY queue_owners_read ON pgmq.queue_owners FOR SELECT USING (true);
-CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
- WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,12 +28,24 @@ def main() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (default: the checkout's extension/).")
 def generate(out: Path | None) -> None:
-    """Render templates/ into extension/ (control file, install and standalone scripts)."""
-    outdir = out or extension_dir()
+    """Render templates/ into extension/: control file, install and standalone scripts of the
+    current version, and the upgrade scripts into it (released scripts are never rewritten)."""
+    source = extension_dir()
+    outdir = out or source
+    problems = render.release_problems(source, MANIFEST)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        _fail("the manifest's releases do not match extension/ and templates/upgrades/")
     try:
-        written = render.write_outputs(outdir, render.render_all())
+        written = render.write_outputs(outdir, render.render_all(MANIFEST, source))
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
+    if outdir.resolve() != source.resolve():  # a complete, installable copy: the frozen scripts too
+        for name in render.released_scripts(MANIFEST.released):
+            if not (outdir / name).exists():
+                shutil.copyfile(source / name, outdir / name)
+                written.append(name)
     for name in written:
         click.echo(f"wrote {outdir / name}")
     if not written:
@@ -41,37 +54,70 @@ def generate(out: Path | None) -> None:
 
 @main.command()
 def check() -> None:
-    """Exit non-zero when the committed extension/ differs from a fresh render."""
+    """Exit non-zero when the committed extension/ differs from a fresh render, a released
+    script is missing or altered, the current version is already released, or an upgrade step
+    lacks its templates."""
+    problems = render.release_problems(extension_dir(), MANIFEST)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        _fail("the manifest's releases do not match extension/ and templates/upgrades/")
     try:
-        problems = render.diff_outputs(extension_dir(), render.render_all())
+        problems = render.diff_outputs(extension_dir(), render.render_all(MANIFEST, extension_dir()),
+                                       MANIFEST.released)
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
     for p in problems:
         click.echo(p, err=True)
     if problems:
         _fail("extension/ is stale: run `pgmq-build generate` and commit the result")
-    click.echo("extension/ matches the templates")
+    click.echo("extension/ matches the templates and the released scripts")
+
+
+def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | None]], list[Path]]:
+    """(path, target, previous install script's text or None) of each script to lint, and the
+    released (frozen) scripts that are skipped: they are checked by sha256, and linting them
+    against today's manifest would be meaningless."""
+    paths = files or tuple(sorted(extension_dir().glob("*.sql")))
+    frozen = render.released_scripts(MANIFEST.released)
+    todo, skipped = [], []
+    for path in paths:
+        if not files and path.name in frozen:
+            skipped.append(path)
+            continue
+        target = "standalone" if path.name.startswith("pgmq-standalone--") else "extension"
+        versions = path.name.removesuffix(".sql").split("--")[1:]
+        previous = None
+        if len(versions) == 2:  # an upgrade script: lint it against the version it starts from
+            old = path.parent / render.install_name(versions[0], target)
+            if not old.exists():
+                old = extension_dir() / old.name
+            previous = old.read_text() if old.exists() else ""
+        todo.append((path, target, previous))
+    return todo, skipped
 
 
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def lint(files: tuple[Path, ...]) -> None:
-    """Lint the rendered scripts (or FILES) with the PGMQ0xx rules."""
+    """Lint the rendered scripts (or FILES) with the PGMQ0xx rules: install scripts and upgrade
+    scripts (an upgrade script pgmq--A--B.sql is linted against pgmq--A.sql). Released scripts
+    are skipped unless named."""
     from .lint import lint_script
 
-    targets = files or tuple(sorted(extension_dir().glob("*.sql")))
+    targets, skipped = lint_targets(files)
     if not targets:
         _fail("nothing to lint: extension/ has no .sql files")
     total = 0
-    for path in targets:
-        standalone = "standalone" in path.name
-        problems = lint_script(path.read_text(), MANIFEST, target="standalone" if standalone else "extension")
+    for path, target, previous in targets:
+        problems = lint_script(path.read_text(), MANIFEST, target=target, previous=previous)
         for p in problems:
             click.echo(f"{path.name}:{p.line}: {p.code} {p.obj}: {p.message}")
         total += len(problems)
     if total:
         _fail(f"{total} problem(s)")
-    click.echo(f"lint clean: {len(targets)} file(s)")
+    note = f" ({len(skipped)} released script(s) skipped: frozen, checked by sha256)" if skipped else ""
+    click.echo(f"lint clean: {len(targets)} file(s){note}")
 
 
 @main.command()
@@ -119,14 +165,12 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
         if standalone:
             if not dsn:
                 _fail("--standalone needs --dsn")
-            version = inst.apply_standalone(dsn)
-            click.echo(f"applied the standalone script: pgmq {version}")
+            click.echo(str(inst.apply_standalone(dsn)))
             return
         copied = inst.install_files(pg_config)
         click.echo(f"installed {len(copied)} file(s) into {copied[0].parent}")
         if dsn and not files_only:
-            version = inst.create_or_update_extension(dsn)
-            click.echo(f"extension pgmq {version} is installed")
+            click.echo(str(inst.create_or_update_extension(dsn)))
     except inst.InstallError as exc:
         _fail(str(exc))
 

@@ -4,15 +4,17 @@ standalone script for databases that cannot take extension files."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 import psycopg
 
-from .manifest import MANIFEST
+from .manifest import MANIFEST, version_key
 from .paths import extension_dir
-from .render import standalone_name
+from .render import standalone_name, upgrade_name
 
 
 class InstallError(RuntimeError):
@@ -63,39 +65,125 @@ def connect(dsn: str, **kw: object) -> psycopg.Connection:
         raise InstallError(f"cannot connect to the server ({dsn!r}): {str(exc).strip()}") from exc
 
 
-def create_or_update_extension(dsn: str) -> str:
-    """CREATE EXTENSION pgmq, or ALTER EXTENSION pgmq UPDATE when an older version is there."""
+class ExtensionResult(NamedTuple):
+    """What create_or_update_extension did: ``created``, ``updated`` or ``current``."""
+
+    action: str
+    version: str  # extversion now
+    previous: str | None  # extversion before
+
+    def __str__(self) -> str:
+        if self.action == "created":
+            return f"CREATE EXTENSION pgmq: version {self.version} is installed"
+        if self.action == "updated":
+            return f"ALTER EXTENSION pgmq UPDATE: {self.previous} -> {self.version}"
+        return f"extension pgmq {self.version} is already installed; nothing was changed"
+
+
+def create_or_update_extension(dsn: str) -> ExtensionResult:
+    """CREATE EXTENSION pgmq, or ALTER EXTENSION pgmq UPDATE when an older version is there
+    (PostgreSQL runs the chain of upgrade scripts in one transaction)."""
+    query = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'"
     with connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'").fetchone()
+        row = conn.execute(query).fetchone()
+        previous = row[0] if row else None
+        if previous is None and conn.execute(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pgmq'").fetchone():
+            raise InstallError("schema pgmq exists but the extension is not installed (a standalone install?): "
+                               "upgrade it with `pgmq-build install --standalone`; nothing was changed")
+        if previous is not None and previous not in MANIFEST.versions:
+            raise InstallError(f"the installed pgmq {previous} is not a version this pgmq-build knows "
+                               f"({', '.join(MANIFEST.versions)}); nothing was changed")
         try:
-            if row is None:
+            if previous is None:
                 conn.execute("CREATE EXTENSION pgmq")
-            elif row[0] != MANIFEST.version:
+            elif previous != MANIFEST.version:
                 conn.execute("ALTER EXTENSION pgmq UPDATE")
         except psycopg.Error as exc:
-            raise InstallError(f"installing the extension failed: {str(exc).strip()}") from exc
-        return conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'").fetchone()[0]
+            raise InstallError(f"installing the extension failed (rolled back): {str(exc).strip()}") from exc
+        version = conn.execute(query).fetchone()[0]
+    action = "created" if previous is None else "current" if previous == version else "updated"
+    return ExtensionResult(action, version, previous)
 
 
-def standalone_script() -> str:
-    path = extension_dir() / standalone_name()
+def standalone_script(name: str | None = None) -> str:
+    path = extension_dir() / (name or standalone_name())
     if not path.exists():
         raise InstallError(f"{path} missing: run `pgmq-build generate`")
     return path.read_text()
 
 
-def apply_standalone(dsn: str) -> str:
-    """Run the standalone script in one transaction; nothing is left behind if it fails."""
-    script = standalone_script()
+STANDALONE_COMMENT = re.compile(r"pgmq (?P<version>\d+(?:\.\d+)*) \(standalone\)")
+
+
+class StandaloneResult(NamedTuple):
+    """What apply_standalone did: ``installed``, ``upgraded`` or ``current`` (nothing to do)."""
+
+    action: str
+    version: str  # the version now installed
+    previous: str | None  # the version found before an upgrade
+    scripts: tuple[str, ...]  # the scripts run, in order, in one transaction
+
+    def __str__(self) -> str:
+        if self.action == "installed":
+            return f"installed pgmq {self.version} with the standalone script ({self.scripts[0]})"
+        if self.action == "upgraded":
+            return (f"upgraded the standalone pgmq {self.previous} to {self.version} in one transaction "
+                    f"({', '.join(self.scripts)})")
+        return f"the standalone pgmq {self.version} is already installed; nothing was changed"
+
+
+def standalone_upgrade_chain(installed: str, manifest=MANIFEST) -> list[str]:
+    """The standalone upgrade scripts from ``installed`` to the current version, in order."""
+    versions = list(manifest.versions)
+    if installed not in versions:
+        newer = version_key(installed) > version_key(manifest.version)
+        why = (f"newer than this pgmq-build ({manifest.version}): upgrade pgmq-build" if newer
+               else f"not a released version (known: {', '.join(versions)})")
+        raise InstallError(f"schema pgmq holds the standalone pgmq {installed}, which is {why}; "
+                           "nothing was changed")
+    start = versions.index(installed)
+    return [upgrade_name(a, b, "standalone") for a, b in zip(versions[start:], versions[start + 1:], strict=False)]
+
+
+def installed_standalone(conn: psycopg.Connection) -> str | None:
+    """The standalone version in conn's database (None: no schema pgmq); InstallError when
+    schema pgmq is there but is not a standalone install."""
+    row = conn.execute("SELECT pg_catalog.obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace "
+                       "WHERE nspname = 'pgmq'").fetchone()
+    if row is None:
+        return None
+    ext = conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'").fetchone()
+    if ext is not None:
+        raise InstallError(f"pgmq {ext[0]} is installed as an extension in this database: upgrade it with "
+                           "`pgmq-build install --dsn ...` or ALTER EXTENSION pgmq UPDATE; nothing was changed")
+    found = STANDALONE_COMMENT.fullmatch(row[0] or "")
+    if found is None:
+        raise InstallError(f"schema pgmq already exists in this database but was not made by the standalone "
+                           f"script (its comment is {row[0]!r}); nothing was changed")
+    return found["version"]
+
+
+def apply_standalone(dsn: str) -> StandaloneResult:
+    """Install the standalone script, or upgrade an older standalone install through every
+    standalone upgrade step, in one transaction: if anything fails, nothing changes."""
     with connect(dsn) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pgmq'").fetchone()
-        if exists:
-            raise InstallError("schema pgmq already exists in this database; nothing was changed")
+        installed = installed_standalone(conn)
+        if installed is None:
+            result = StandaloneResult("installed", MANIFEST.version, None, (standalone_name(),))
+        elif installed == MANIFEST.version:
+            return StandaloneResult("current", installed, installed, ())
+        else:
+            chain = standalone_upgrade_chain(installed)
+            result = StandaloneResult("upgraded", MANIFEST.version, installed, tuple(chain))
+        scripts = [standalone_script(name) for name in result.scripts]
         try:
-            conn.execute(script)  # no parameters: sent as one simple-protocol batch
+            for script in scripts:
+                conn.execute(script)  # no parameters: sent as one simple-protocol batch
         except psycopg.Error as exc:
-            raise InstallError(f"the standalone script failed (rolled back): {str(exc).strip()}") from exc
-    return MANIFEST.version
+            what = "the standalone script" if installed is None else "the standalone upgrade"
+            raise InstallError(f"{what} failed (rolled back): {str(exc).strip()}") from exc
+    return result
 
 
 def ensure_pgmq(conn: psycopg.Connection) -> str:

@@ -8,12 +8,13 @@ directions and the catalog-contract test checks an installed database against it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 SCHEMA = "pgmq"
-VERSION = "2.0.0"
-# Versions whose scripts are frozen: the generator refuses to change them.
-RELEASED: tuple[str, ...] = ()
+# The version being built. Once a version is released (listed in RELEASED below) it can never be
+# rendered again: bump VERSION before changing the SQL surface or a table layout.
+VERSION = "2.1.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -92,6 +93,36 @@ def _strip_default(arg: str) -> str:
 
 
 @dataclass(frozen=True)
+class Release:
+    """A released version: its scripts are frozen, byte for byte.
+
+    ``scripts`` maps each file of extension/ that the release shipped to its sha256: the two
+    install scripts (``pgmq--V.sql``, ``pgmq-standalone--V.sql``) and, for every release but the
+    first, the two upgrade scripts into it from the previous release
+    (``pgmq--P--V.sql``, ``pgmq-standalone--P--V.sql``).
+    """
+
+    version: str
+    scripts: Mapping[str, str] = field(hash=False)
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """"2.10.0" sorts after "2.9.1"."""
+    return tuple(int(part) for part in version.split("."))
+
+
+# Released versions, oldest first. Releasing the current version: add its record here with the
+# sha256 of every file it shipped (`sha256sum extension/pgmq--V.sql ...`), then bump VERSION and
+# add templates/upgrades/<V>--<new>/ (see README, "Upgrading").
+RELEASED: tuple[Release, ...] = (
+    Release("2.0.0", {
+        "pgmq--2.0.0.sql": "a8cb97be908f70ddb503b7e274d26d06710c986cbddb456a1a8b325c057fad41",
+        "pgmq-standalone--2.0.0.sql": "585ced552ca8336cd583c2136fab00222e3673dbaf6cfc981f1c7632216db546",
+    }),
+)
+
+
+@dataclass(frozen=True)
 class Feature:
     """A folder of templates under templates/features/<name>, rendered in manifest order."""
 
@@ -106,8 +137,26 @@ class Feature:
 class Manifest:
     version: str
     schema: str
-    released: tuple[str, ...]
+    released: tuple[Release, ...]
     features: tuple[Feature, ...] = field(default_factory=tuple)
+
+    @property
+    def released_versions(self) -> tuple[str, ...]:
+        return tuple(r.version for r in self.released)
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version an install can be at, oldest first: the released ones, then this one."""
+        return (*self.released_versions, self.version)
+
+    @property
+    def steps(self) -> tuple[tuple[str, str], ...]:
+        """(from, to) of every upgrade step: one per consecutive pair of versions."""
+        versions = self.versions
+        return tuple(zip(versions, versions[1:], strict=False))
+
+    def release(self, version: str) -> Release | None:
+        return next((r for r in self.released if r.version == version), None)
 
     @property
     def functions(self) -> tuple[Function, ...]:

@@ -36,11 +36,42 @@ def allowed_unpinned(manifest: Manifest = MANIFEST) -> list[str]:
             for f in manifest.functions if f.unpinned_reason]
 
 
-def command(pgspot: Sequence[str], files: Sequence[Path], manifest: Manifest = MANIFEST) -> list[str]:
+def command(pgspot: Sequence[str], files: Sequence[Path], manifest: Manifest = MANIFEST,
+            append: bool = False) -> list[str]:
     cmd = list(pgspot)
     for routine in allowed_unpinned(manifest):
         cmd += ["--proc-without-search-path", routine]
-    return cmd + [str(f) for f in files]
+    return cmd + (["--append"] if append else []) + [str(f) for f in files]
+
+
+def upgrade_source(path: Path) -> Path | None:
+    """For an upgrade script ``pgmq[-standalone]--A--B.sql``: the install script of A next to it
+    (or in extension/); None for any other file."""
+    prefix, *versions = path.name.removesuffix(".sql").split("--")
+    if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone"):
+        return None
+    name = f"{prefix}--{versions[0]}.sql"
+    return path.parent / name if (path.parent / name).exists() else extension_dir() / name
+
+
+def batches(files: Sequence[Path]) -> list[tuple[list[Path], bool]]:
+    """The pgspot runs over files: (files, append). Install scripts are checked together, as
+    they are. Each upgrade script is checked appended to the install script of the version it
+    upgrades from: its CREATE OR REPLACE of an existing routine is then known to replace one of
+    ours (pgspot's PS002 would otherwise flag every such statement, since nothing in the upgrade
+    script alone says who made the routine), while a CREATE OR REPLACE of anything that version
+    does not have is still reported. The replaced routine is an extension member, so PostgreSQL
+    itself refuses to let ALTER EXTENSION UPDATE replace a look-alike (CVE-2022-2625), and in
+    the standalone form it exists and is owned by the installer."""
+    plain = [f for f in files if upgrade_source(f) is None]
+    out = [(plain, False)] if plain else []
+    for f in files:
+        source = upgrade_source(f)
+        if source is not None:
+            if not source.exists():
+                raise PgspotError(f"{f.name}: the install script it upgrades from, {source}, is missing")
+            out.append(([source, f], True))
+    return out
 
 
 def default_venv() -> Path:
@@ -76,9 +107,16 @@ def _version(cmd: Sequence[str], target: Path) -> str | None:
 
 
 def run(files: Sequence[Path], pgspot: Path | None = None) -> int:
-    """Run pgspot over files; its exit status (0: no error, warning, unknown or parse failure).
-    `pgspot`: an executable to use instead of the pinned install."""
+    """Run pgspot over files (see ``batches``); the first non-zero exit status, else 0 (no error,
+    warning, unknown or parse failure). `pgspot`: an executable to use instead of the pinned
+    install."""
     if pgspot is not None:
-        return subprocess.run(command([str(pgspot)], files)).returncode
-    target = default_venv()
-    return subprocess.run(command(ensure_pgspot(target), files), env=_env(target)).returncode
+        exe, env = [str(pgspot)], None
+    else:
+        target = default_venv()
+        exe, env = ensure_pgspot(target), _env(target)
+    status = 0
+    for batch, append in batches(files):
+        code = subprocess.run(command(exe, batch, append=append), env=env).returncode
+        status = status or code
+    return status

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import jinja2
 
-from .manifest import MANIFEST, MAX_QUEUE_NAME, Feature, Function, Manifest
-from .paths import templates_dir
+from . import upgrade
+from .manifest import MANIFEST, MAX_QUEUE_NAME, Feature, Function, Manifest, Release, version_key
+from .paths import extension_dir, templates_dir
 
 TARGETS = ("extension", "standalone")
 
@@ -66,35 +68,172 @@ def render_feature(env: jinja2.Environment, feature: Feature) -> str:
     return "\n".join(parts)
 
 
-def render_install(manifest: Manifest = MANIFEST, target: str = "extension") -> str:
-    env = make_env(target, manifest)
+def render_install(manifest: Manifest = MANIFEST, target: str = "extension", path: Path | None = None) -> str:
+    env = make_env(target, manifest, path)
     with rendering("install", "install.sql.j2"):
         header = env.get_template("install.sql.j2").render()
     body = "\n".join(render_feature(env, feat) for feat in manifest.features)
     return header.rstrip() + "\n\n" + body
 
 
-def render_control(manifest: Manifest = MANIFEST) -> str:
-    env = make_env("extension", manifest)
+def render_control(manifest: Manifest = MANIFEST, path: Path | None = None) -> str:
+    env = make_env("extension", manifest, path)
     with rendering("control", "control.j2"):
         return env.get_template("control.j2").render()
 
 
+# ----------------------------------------------------------------------------- file names
+
+def install_name(version: str, target: str = "extension") -> str:
+    return f"pgmq--{version}.sql" if target == "extension" else f"pgmq-standalone--{version}.sql"
+
+
+def upgrade_name(old: str, new: str, target: str = "extension") -> str:
+    return f"pgmq--{old}--{new}.sql" if target == "extension" else f"pgmq-standalone--{old}--{new}.sql"
+
+
 def standalone_name(manifest: Manifest = MANIFEST) -> str:
-    return f"pgmq-standalone--{manifest.version}.sql"
+    return install_name(manifest.version, "standalone")
 
 
-def render_all(manifest: Manifest = MANIFEST) -> dict[str, str]:
-    """Every file under extension/, keyed by file name, in a stable order."""
-    return {
-        "pgmq.control": render_control(manifest),
-        f"pgmq--{manifest.version}.sql": render_install(manifest, "extension"),
-        standalone_name(manifest): render_install(manifest, "standalone"),
-    }
+def step_dir(old: str, new: str) -> str:
+    """The step's hand-written templates, relative to templates/."""
+    return f"upgrades/{old}--{new}"
 
 
-def diff_outputs(outdir: Path, files: Mapping[str, str]) -> list[str]:
-    """Names of files that are missing, stale, or unexpected in outdir."""
+STEP_TEMPLATES = ("pre.sql.j2", "post.sql.j2")
+
+
+# ----------------------------------------------------------------------------- released versions
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def released_scripts(released: tuple[Release, ...]) -> dict[str, tuple[str, str]]:
+    """Every frozen file: name -> (the version that released it, its sha256)."""
+    return {name: (r.version, digest) for r in released for name, digest in r.scripts.items()}
+
+
+def frozen_problems(outdir: Path, released: tuple[Release, ...]) -> list[str]:
+    """Released scripts that are missing from outdir or differ from their recorded sha256."""
+    problems = []
+    for name, (version, digest) in released_scripts(released).items():
+        path = outdir / name
+        if not path.exists():
+            problems.append(f"missing released script: {name} (released in {version}; released "
+                            "scripts are frozen: restore it from git)")
+        elif sha256(path) != digest:
+            problems.append(f"altered released script: {name} (released in {version}; its sha256 is "
+                            f"{sha256(path)}, manifest.RELEASED records {digest}; released scripts "
+                            "are frozen: restore it from git and make the change in a new version)")
+    return problems
+
+
+def release_problems(outdir: Path, manifest: Manifest = MANIFEST, templates: Path | None = None) -> list[str]:
+    """What makes the manifest's releases inconsistent with extension/ and templates/upgrades/.
+
+    Checked before rendering: a released version is never rendered again, every release lists
+    its install scripts (and its upgrade scripts from the previous release), the released
+    scripts are unchanged, and every upgrade step has its pre/post templates."""
+    problems = []
+    versions = manifest.versions
+    if manifest.version in manifest.released_versions:
+        problems.append(f"version {manifest.version} is released (listed in manifest.RELEASED): a "
+                        "released version cannot be regenerated; bump the version (manifest.VERSION)")
+    elif list(versions) != sorted(versions, key=version_key) or len(set(versions)) != len(versions):
+        problems.append(f"versions out of order: manifest.RELEASED must list released versions "
+                        f"oldest first, all older than VERSION ({', '.join(versions)})")
+    previous = None
+    for release in manifest.released:
+        want = [install_name(release.version, t) for t in TARGETS]
+        if previous is not None:
+            want += [upgrade_name(previous, release.version, t) for t in TARGETS]
+        for name in want:
+            if name not in release.scripts:
+                problems.append(f"release {release.version} does not record the sha256 of {name} "
+                                "in manifest.RELEASED")
+        previous = release.version
+    problems += frozen_problems(outdir, manifest.released)
+    base = templates or templates_dir()
+    for old, new in manifest.steps:
+        for name in STEP_TEMPLATES:
+            if not (base / step_dir(old, new) / name).is_file():
+                problems.append(f"missing upgrade step template: templates/{step_dir(old, new)}/{name} "
+                                f"(every step {old} -> {new} needs pre.sql.j2 and post.sql.j2; "
+                                "they may be empty)")
+    return problems
+
+
+def read_released(outdir: Path, name: str, manifest: Manifest = MANIFEST) -> str:
+    """A released script's text, after checking it is the one that was released."""
+    problems = frozen_problems(outdir, tuple(r for r in manifest.released if name in r.scripts))
+    if name not in released_scripts(manifest.released):
+        problems.append(f"{name} is not a released script")
+    if problems:
+        raise RenderError("; ".join(problems))
+    return (outdir / name).read_text()
+
+
+# ----------------------------------------------------------------------------- upgrade scripts
+
+def generated_steps(manifest: Manifest = MANIFEST) -> tuple[tuple[str, str], ...]:
+    """The steps rendered from templates: the one into the current version. Earlier steps went
+    out with a release and are frozen like its install scripts."""
+    return tuple(s for s in manifest.steps if s[1] == manifest.version)
+
+
+# pg_advisory_xact_lock key of the standalone upgrade ("pgmq" in ASCII).
+UPGRADE_LOCK_KEY = 0x70676D71
+
+
+def render_upgrade(manifest: Manifest, old: str, new: str, target: str, old_sql: str, new_sql: str,
+                   path: Path | None = None) -> str:
+    """One upgrade step's script: its pre template, the routines that changed between the two
+    install scripts (see upgrade.py), its post template."""
+    env = make_env(target, manifest, path)
+    env.globals.update(version=new, from_version=old, to_version=new)
+    where = step_dir(old, new)
+    parts = {}
+    for name in STEP_TEMPLATES:
+        with rendering(where, name):
+            parts[name.split(".")[0]] = env.get_template(f"{where}/{name}").render()
+    try:
+        before, after = upgrade.parse_script(old_sql), upgrade.parse_script(new_sql)
+        plan = upgrade.plan(before, after)
+    except upgrade.UpgradeError as exc:
+        raise RenderError(f"{upgrade_name(old, new, target)}: {exc}") from exc
+    routines = before.routines | after.routines
+    with rendering("upgrade", "upgrade.sql.j2"):
+        return env.get_template("upgrade.sql.j2").render(
+            step_dir=where, old_name=install_name(old, target), new_name=install_name(new, target),
+            pre=parts["pre"], post=parts["post"], routines=plan.sql,
+            changes=list(upgrade.describe(plan, routines.values())), lock_key=UPGRADE_LOCK_KEY)
+
+
+def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
+               path: Path | None = None) -> dict[str, str]:
+    """Every generated file under extension/, keyed by file name, in a stable order: the control
+    file, the current version's install scripts and the upgrade scripts into it. ``frozen``: the
+    directory holding the released scripts (default: the checkout's extension/)."""
+    if manifest.version in manifest.released_versions:
+        raise RenderError(f"version {manifest.version} is released: a released version cannot be "
+                          "regenerated; bump the version (manifest.VERSION)")
+    files = {"pgmq.control": render_control(manifest, path)}
+    for target in TARGETS:
+        files[install_name(manifest.version, target)] = render_install(manifest, target, path)
+    for old, new in generated_steps(manifest):
+        for target in TARGETS:
+            old_sql = read_released(frozen or extension_dir(), install_name(old, target), manifest)
+            files[upgrade_name(old, new, target)] = render_upgrade(
+                manifest, old, new, target, old_sql, files[install_name(new, target)], path)
+    return files
+
+
+def diff_outputs(outdir: Path, files: Mapping[str, str], released: tuple[Release, ...] | None = None) -> list[str]:
+    """Problems of outdir against a fresh render: generated files missing or stale, released
+    scripts missing or altered (they are frozen), and unexpected files."""
+    released = MANIFEST.released if released is None else released
     problems = []
     for name, text in files.items():
         path = outdir / name
@@ -102,15 +241,12 @@ def diff_outputs(outdir: Path, files: Mapping[str, str]) -> list[str]:
             problems.append(f"missing: {name}")
         elif path.read_text() != text:
             problems.append(f"differs: {name}")
-    frozen = {f"pgmq--{v}.sql" for v in MANIFEST.released}
+    problems += frozen_problems(outdir, released)
+    frozen = released_scripts(released)
     for path in sorted(outdir.glob("*")):
-        if path.name not in files and path.name not in frozen and not _is_upgrade(path.name):
+        if path.name not in files and path.name not in frozen:
             problems.append(f"unexpected: {path.name}")
     return problems
-
-
-def _is_upgrade(name: str) -> bool:
-    return name.startswith("pgmq--") and name.count("--") == 2
 
 
 def write_outputs(outdir: Path, files: Mapping[str, str]) -> list[str]:

@@ -6,20 +6,33 @@
 
 from __future__ import annotations
 
+from pglast.parser import ParseError
+
 from ..manifest import Manifest
 from .rules import RULES, pgmq001_parses
-from .script import TARGETS, Problem, Script
+from .script import TARGETS, Problem, Script, routine_keys
 
 __all__ = ["Problem", "lint_script"]
 
 
-def lint_script(sql: str, manifest: Manifest, target: str = "extension") -> list[Problem]:
-    """Every problem in one install script, ordered by line then code (empty when clean)."""
+def lint_script(sql: str, manifest: Manifest, target: str = "extension",
+                previous: str | None = None) -> list[Problem]:
+    """Every problem in one script, ordered by line then code (empty when clean).
+
+    ``previous``: lint an upgrade script; this is the install script of the version it upgrades
+    from (CREATE OR REPLACE is allowed for routines that version has, the manifest's routines
+    need not all be created, the guard line is the ALTER EXTENSION form)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
-    problems = pgmq001_parses(sql, target)
+    problems = pgmq001_parses(sql, target, upgrade=previous is not None)
     if problems:
         return problems
-    script = Script.parse(sql, manifest, target)
+    keys = None
+    if previous is not None:
+        try:
+            keys = routine_keys(previous)
+        except ParseError as exc:
+            return [Problem("PGMQ001", "script", f"the previous version's script does not parse: {exc.args[0]}", 1)]
+    script = Script.parse(sql, manifest, target, keys)
     found = dict.fromkeys(p for rule in RULES for p in rule(script))  # de-duplicated, ordered
     return sorted(found, key=lambda p: (p.line, p.code))

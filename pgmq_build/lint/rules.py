@@ -28,9 +28,9 @@ PARAMETERIZABLE = (ast.SelectStmt, ast.InsertStmt, ast.UpdateStmt, ast.DeleteStm
 
 # ----------------------------------------------------------------------------- PGMQ001
 
-def pgmq001_parses(sql: str, target: str) -> list[Problem]:
+def pgmq001_parses(sql: str, target: str, upgrade: bool = False) -> list[Problem]:
     """The script parses as plain SQL (the extension guard line aside)."""
-    text = strip_guard(sql, target)
+    text = strip_guard(sql, target, upgrade)
     try:
         parse_sql(text)
     except ParseError as exc:
@@ -63,7 +63,7 @@ def pgmq002_declared(script: Script) -> Iterator[Problem]:
             yield problem("PGMQ002", r, f"returns {got}, the manifest says {want}")
     created = Counter(r.key for r in script.routines if r.qualified)
     for key, fn in declared.items():
-        if created[key] != 1:
+        if created[key] > 1 or (created[key] == 0 and not script.upgrade):
             what = f"created {created[key]} times" if created[key] else "never created"
             obj = f"{schema}.{fn.name}({fn.identity_args})"
             yield Problem("PGMQ002", obj, f"declared in the manifest but {what}", 1)
@@ -207,15 +207,28 @@ def pgmq006_qualified_relations(script: Script) -> Iterator[Problem]:
 
 # ----------------------------------------------------------------------------- PGMQ007
 
+def _replaces_previous(script: Script, stmt: Statement) -> bool:
+    """An upgrade script's CREATE OR REPLACE of a routine the previous version has."""
+    node = stmt.node
+    if not (script.upgrade and isinstance(node, ast.CreateFunctionStmt)):
+        return False
+    qualified = [n.sval for n in node.funcname[:-1]] == [script.manifest.schema]
+    return qualified and (node.funcname[-1].sval, sqlast.identity_args(node)) in script.previous
+
+
 def pgmq007_no_replace_or_if_not_exists(script: Script) -> Iterator[Problem]:
-    """Top-level statements never CREATE OR REPLACE nor CREATE ... IF NOT EXISTS."""
+    """Top-level statements never CREATE OR REPLACE nor CREATE ... IF NOT EXISTS; an upgrade
+    script may CREATE OR REPLACE a routine that the version it upgrades from has."""
+    kind = "an upgrade script" if script.upgrade else "an install script"
     for stmt in script.statements:
         if type(stmt.node).__name__.startswith("Alter"):
             continue  # ALTER TEXT SEARCH CONFIGURATION ... REPLACE is not CREATE OR REPLACE
-        if getattr(stmt.node, "replace", False):
-            yield problem("PGMQ007", stmt, "CREATE OR REPLACE in an install script")
+        if getattr(stmt.node, "replace", False) and not _replaces_previous(script, stmt):
+            what = "of a routine the previous version does not have" \
+                if isinstance(stmt.node, ast.CreateFunctionStmt) and script.upgrade else ""
+            yield problem("PGMQ007", stmt, f"CREATE OR REPLACE {what + ' ' if what else ''}in {kind}")
         if getattr(stmt.node, "if_not_exists", False):
-            yield problem("PGMQ007", stmt, "IF NOT EXISTS in an install script")
+            yield problem("PGMQ007", stmt, f"IF NOT EXISTS in {kind}")
 
 
 # ----------------------------------------------------------------------------- PGMQ008
@@ -237,22 +250,31 @@ def _adds_to_extension(node: ast.Node) -> bool:
     return isinstance(node, ast.AlterExtensionContentsStmt) and node.action == 1
 
 
+def _created_table(stmt: Statement) -> str | None:
+    if not isinstance(stmt.node, ast.CreateStmt):
+        return None
+    rel = stmt.node.relation
+    return f"{rel.schemaname}.{rel.relname}" if rel.schemaname else rel.relname
+
+
 def _config_dumps(script: Script) -> Iterator[Problem]:
     """Each pg_extension_config_dump call: extension only, of a declared, created table."""
-    wanted = {f"{script.manifest.schema}.{t}" for t in script.manifest.config_tables}
+    declared = {f"{script.manifest.schema}.{t}" for t in script.manifest.config_tables}
+    # An upgrade script must config-dump the config tables it creates; the others exist already
+    # (and may be dumped again, e.g. with a new filter).
+    wanted = declared & {_created_table(s) for s in script.statements} if script.upgrade else set(declared)
     created: dict[str, Statement] = {}
     for stmt in script.statements:
-        if isinstance(stmt.node, ast.CreateStmt):
-            rel = stmt.node.relation
-            created[f"{rel.schemaname}.{rel.relname}" if rel.schemaname else rel.relname] = stmt
+        if _created_table(stmt):
+            created[_created_table(stmt)] = stmt
         table = _config_dump_arg(stmt.node)
         if table is None:
             continue
         if script.target != "extension":
             yield problem("PGMQ008", stmt, "pg_extension_config_dump outside an extension script")
-        elif table not in wanted:
+        elif table not in declared:
             yield problem("PGMQ008", stmt, f"{table} is config-dumped but not a config table")
-        elif table not in created:
+        elif table not in created and (table in wanted or not script.upgrade):
             yield problem("PGMQ008", stmt, f"{table} is config-dumped before it is created")
         if table in created:
             wanted.discard(table)
@@ -270,7 +292,7 @@ def pgmq008_config_dump(script: Script) -> Iterator[Problem]:
     yield from _config_dumps(script)
     for stmt in script.statements:
         if _adds_to_extension(stmt.node):
-            yield problem("PGMQ008", stmt, "ALTER EXTENSION ... ADD in the install script")
+            yield problem("PGMQ008", stmt, "ALTER EXTENSION ... ADD in the script")
     for r in script.routines:
         if any(_adds_to_extension(s) for sql in r.sql for s in sql.stmts):
             yield problem("PGMQ008", r, "ALTER EXTENSION ... ADD in a function body")

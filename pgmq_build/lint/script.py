@@ -20,8 +20,17 @@ from . import sqlast
 
 TARGETS = ("extension", "standalone")
 # The one psql line an extension script may hold: it stops `psql -f` from running the script
-# outside CREATE EXTENSION. Only this exact form is accepted.
+# outside CREATE EXTENSION (ALTER EXTENSION for an upgrade script). Only these forms are accepted.
 GUARD = '\\echo Use "CREATE EXTENSION pgmq" to load this file. \\quit'
+UPGRADE_GUARD_RE = re.compile(
+    r'^\\echo Use "ALTER EXTENSION pgmq UPDATE TO \'\d+(?:\.\d+)*\'" to load this file\. \\quit[ \t]*$', re.M)
+# Either form (for tools that read any of our scripts).
+GUARD_RE = re.compile(rf"{UPGRADE_GUARD_RE.pattern}|^{re.escape(GUARD)}[ \t]*$", re.M)
+
+
+def upgrade_guard(version: str) -> str:
+    """The guard line of the extension upgrade script into ``version``."""
+    return f'\\echo Use "ALTER EXTENSION pgmq UPDATE TO \'{version}\'" to load this file. \\quit'
 
 
 class Problem(NamedTuple):
@@ -36,11 +45,22 @@ def problem(code: str, where: Statement | Routine, message: str) -> Problem:
     return Problem(code, where.obj, message, where.line)
 
 
-def strip_guard(sql: str, target: str) -> str:
-    """The script with the extension guard line blanked (line numbers are kept)."""
+def strip_guard(sql: str, target: str, upgrade: bool = False) -> str:
+    """The script with the extension guard line blanked (line numbers are kept): the
+    CREATE EXTENSION form in an install script, the ALTER EXTENSION form in an upgrade script."""
     if target != "extension":
         return sql
+    if upgrade:
+        return UPGRADE_GUARD_RE.sub("", sql)
     return re.sub(rf"^{re.escape(GUARD)}[ \t]*$", "", sql, flags=re.M)
+
+
+def routine_keys(sql: str) -> frozenset[tuple[str, str]]:
+    """(name, identity arguments) of every CREATE FUNCTION/PROCEDURE in a script (any guard
+    line ignored); raises ParseError when it does not parse."""
+    return frozenset((n.funcname[-1].sval, sqlast.identity_args(n))
+                     for n in (raw.stmt for raw in parse_sql(GUARD_RE.sub("", sql)))
+                     if isinstance(n, ast.CreateFunctionStmt))
 
 
 def error_offset(exc: ParseError) -> int | None:
@@ -174,11 +194,19 @@ class Script:
     target: str
     statements: list[Statement]
     routines: list[Routine]
+    # An upgrade script: the routines of the version it upgrades from, as (name, identity
+    # arguments). None: an install script.
+    previous: frozenset[tuple[str, str]] | None = None
+
+    @property
+    def upgrade(self) -> bool:
+        return self.previous is not None
 
     @classmethod
-    def parse(cls, sql: str, manifest: Manifest, target: str) -> Script:
+    def parse(cls, sql: str, manifest: Manifest, target: str,
+              previous: frozenset[tuple[str, str]] | None = None) -> Script:
         """Parse a script that PGMQ001 accepted."""
-        text = strip_guard(sql, target)
+        text = strip_guard(sql, target, upgrade=previous is not None)
         statements, routines = [], []
         for raw in parse_sql(text):
             start, end = sqlast.statement_bounds(text, raw)
@@ -190,7 +218,7 @@ class Script:
                 routine = Routine(stmt, manifest.schema)
                 compile_routine(routine)
                 routines.append(routine)
-        return cls(text, manifest, target, statements, routines)
+        return cls(text, manifest, target, statements, routines, previous)
 
     @cached_property
     def declared(self) -> dict[tuple[str, str], Function]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgmq_build.manifest import strip_in
+from pgmq_build.manifest import MANIFEST, strip_in
 from tests.helpers import column, scalar
 
 
@@ -91,7 +91,7 @@ def test_queue_table_layout(conn, queue):
 def test_control_file_contract(repo_root):
     control = (repo_root / "extension" / "pgmq.control").read_text()
     for line in ("comment = 'A lightweight message queue. Like AWS SQS and RSMQ but on Postgres.'",
-                 "default_version = '2.0.0'", "schema = 'pgmq'", "relocatable = false", "superuser = false"):
+                 f"default_version = '{MANIFEST.version}'", "schema = 'pgmq'", "relocatable = false", "superuser = false"):
         assert line in control.splitlines()
     assert "requires" not in control
 

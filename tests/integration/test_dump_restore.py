@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from pgmq_build.manifest import MANIFEST
 from tests.helpers import column, restored_copy, scalar
 
 
@@ -23,7 +24,7 @@ def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_clust
         assert scalar(r, "SELECT pgmq.send('Orders', '{\"n\":4}')") == 4
         assert column(r, "SELECT msg_id FROM pgmq.read('Orders', 30, 5)") == [3, 4]
         assert scalar(r, "SELECT total_messages FROM pgmq.metrics('Orders')") == 4
-        assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == "2.0.0"
+        assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == MANIFEST.version
 
 
 def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path):

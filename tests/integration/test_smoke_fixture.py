@@ -1,6 +1,9 @@
+from pgmq_build.manifest import MANIFEST
+
+
 def test_extension_is_installed(conn):
     row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
-    assert row == ("2.0.0",)
+    assert row == (MANIFEST.version,)
 
 
 def test_each_test_gets_a_fresh_database(conn):

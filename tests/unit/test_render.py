@@ -77,7 +77,8 @@ def test_diff_outputs_reports_stale_missing_and_unexpected(tmp_path):
     files = {"a.sql": "one", "b.sql": "two"}
     (tmp_path / "a.sql").write_text("changed")
     (tmp_path / "stray.sql").write_text("x")
-    assert render.diff_outputs(tmp_path, files) == ["differs: a.sql", "missing: b.sql", "unexpected: stray.sql"]
+    assert render.diff_outputs(tmp_path, files, released=()) == [
+        "differs: a.sql", "missing: b.sql", "unexpected: stray.sql"]
     assert render.write_outputs(tmp_path, files) == ["a.sql", "b.sql"]
     assert render.write_outputs(tmp_path, files) == []
 
