@@ -1289,9 +1289,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._make_callback_runner(current_user);
+    END IF;  -- the same one again: idempotent
 END;
 $fn$;
 
@@ -1385,7 +1383,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (registered before 2.1.0, or its owner dropped it) or altered by its owner
+        -- missing (the registrant's first dispatch, or its owner dropped it) or altered by it
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
         v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
@@ -1640,18 +1638,18 @@ BEGIN
                            WHERE k.conrelid = v_t.oid AND (k.contype IN ('f', 'x', 'u')
                                  OR (k.contype = 'c' AND EXISTS (
     SELECT 1
-    FROM pg_catalog.pg_depend d
-    LEFT JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::regclass AND o.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_cast k ON d.refclassid = 'pg_catalog.pg_cast'::regclass AND k.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_proc p ON p.oid = CASE d.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN d.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN o.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN k.castfunc
+    FROM pg_catalog.pg_depend dep
+    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
+        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
+        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
+        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
     END
-    WHERE d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid = k.oid
-      AND ((p.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(p.proowner)))
-           OR (d.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(d.refobjid::regtype) IS NOT NULL))))) LOOP
+    WHERE dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
+      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
+           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
+               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))))) LOOP
                     RAISE WARNING 'pgmq 2.1.0: dropping constraint % of %.%', v_x.conname, 'pgmq', v_t.relname;
                     EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT %I', v_t.relname, v_x.conname);
                 END LOOP;
@@ -1660,21 +1658,25 @@ BEGIN
                            WHERE d.adrelid = v_t.oid
                              AND EXISTS (
     SELECT 1
-    FROM pg_catalog.pg_depend d
-    LEFT JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::regclass AND o.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_cast k ON d.refclassid = 'pg_catalog.pg_cast'::regclass AND k.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_proc p ON p.oid = CASE d.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN d.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN o.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN k.castfunc
+    FROM pg_catalog.pg_depend dep
+    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
+        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
+        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
+        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
     END
-    WHERE d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid = d.oid
-      AND ((p.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(p.proowner)))
-           OR (d.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(d.refobjid::regtype) IS NOT NULL))) LOOP
+    WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = d.oid
+      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
+           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
+               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))) LOOP
                     RAISE WARNING 'pgmq 2.1.0: dropping the default of %.%.%', 'pgmq', v_t.relname, v_x.attname;
                     IF v_x.attgenerated <> '' THEN
                         EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP EXPRESSION', v_t.relname, v_x.attname);
+                    ELSIF v_x.attname IN ('read_ct', 'priority') THEN  -- our columns get ours back
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_t.relname, v_x.attname);
+                    ELSIF v_x.attname IN ('enqueued_at', 'archived_at') THEN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_t.relname, v_x.attname);
                     ELSE
                         EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP DEFAULT', v_t.relname, v_x.attname);
                     END IF;
@@ -1684,18 +1686,18 @@ BEGIN
                            WHERE i.indrelid = v_t.oid
                              AND EXISTS (
     SELECT 1
-    FROM pg_catalog.pg_depend d
-    LEFT JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::regclass AND o.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_cast k ON d.refclassid = 'pg_catalog.pg_cast'::regclass AND k.oid = d.refobjid
-    LEFT JOIN pg_catalog.pg_proc p ON p.oid = CASE d.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN d.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN o.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN k.castfunc
+    FROM pg_catalog.pg_depend dep
+    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
+    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
+        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
+        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
+        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
     END
-    WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = i.indexrelid
-      AND ((p.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(p.proowner)))
-           OR (d.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(d.refobjid::regtype) IS NOT NULL))) LOOP
+    WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.objid = i.indexrelid
+      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
+           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
+               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))) LOOP
                     RAISE WARNING 'pgmq 2.1.0: dropping index % of %.%', v_x.index_name, 'pgmq', v_t.relname;
                     EXECUTE format('DROP INDEX pgmq.%I', v_x.index_name);
                 END LOOP;
@@ -1748,7 +1750,9 @@ BEGIN
         IF to_regtype(v_q.payload_type) IS NULL
            OR pgmq._payload_type_untrusted(to_regtype(v_q.payload_type)) IS NOT NULL THEN
             RAISE WARNING 'pgmq 2.1.0: queue "%" no longer checks its payload type %: %', v_q.queue_name,
-                v_q.payload_type, coalesce(pgmq._payload_type_untrusted(to_regtype(v_q.payload_type)), 'it is gone');
+                v_q.payload_type, coalesce(pgmq._payload_type_untrusted(to_regtype(v_q.payload_type)), 'it is gone')
+                USING HINT = 'Any cast to that type (such as the typed NULL read_payload takes) runs its code with '
+                             'the caller''s rights: drain the queue with pgmq.read, then set_payload_type a trusted type.';
             EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT IF EXISTS pgmq_payload_type',
                            pgmq.format_table_name(v_q.queue_name, 'q'));
         END IF;

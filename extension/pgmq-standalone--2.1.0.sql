@@ -5481,15 +5481,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._make_callback_runner(current_user);
+    END IF;  -- the same one again: idempotent
 END;
 $fn$;
 
--- _make_callback_runner: role_name's runner (see the top of this file), made when missing or
--- altered, for a proven caller that may act as that role (the registrant itself at registration,
--- a dispatcher that is a member of it later). SECURITY DEFINER: only it may create functions in
+-- _make_callback_runner: role_name's runner (see the top of this file), made by dispatch when
+-- missing (the first dispatch of a registrant's callback) or altered, for a proven caller that
+-- may act as that role (a dispatcher that is the registrant or a member of it). SECURITY DEFINER: only it may create functions in
 -- the schema and hand them to a role.
 CREATE FUNCTION pgmq._make_callback_runner(role_name name)
 RETURNS void
@@ -5637,7 +5635,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (registered before 2.1.0, or its owner dropped it) or altered by its owner
+        -- missing (the registrant's first dispatch, or its owner dropped it) or altered by it
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
         v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));

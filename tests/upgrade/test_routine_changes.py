@@ -124,7 +124,8 @@ def test_generated_routine_changes_make_an_upgraded_database_equal_a_fresh_one(d
     script = render.render_upgrade(MANIFEST, OLD, MANIFEST.version, target, old_sql, new_sql)
 
     plan = upgrade.plan_routines(old_sql, new_sql)
-    changes = {k[1]: c for k, c in plan.changes.items() if c != "same" or k[1].startswith("syn_")}
+    # the synthetic routines and the edited real one (the real step changes others as well)
+    changes = {k[1]: c for k, c in plan.changes.items() if k[1].startswith("syn_") or k[1] == "validate_queue_name"}
     assert changes == {
         "syn_gone": "gone", "syn_new": "new", "syn_body": "replace", "syn_acl": "replace",
         "syn_retype": "drop-create", "syn_rename": "drop-create", "syn_default": "drop-create",
