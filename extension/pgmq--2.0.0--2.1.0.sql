@@ -1289,7 +1289,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent
+    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
 END;
 $fn$;
 
@@ -1310,6 +1314,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
     END IF;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        RETURN;
+    END IF;
+    -- One maker at a time per role; a second one finds the runner made.
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
@@ -1383,7 +1396,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (the registrant's first dispatch, or its owner dropped it) or altered by it
+        -- missing (its owner dropped it) or altered by its owner
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
         v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
@@ -1741,6 +1754,16 @@ BEGIN
                 EXECUTE format('GRANT SELECT ON SEQUENCE pgmq.%I TO pg_monitor', v_obj.object_name);
             END IF;
         END LOOP;
+    END LOOP;
+
+    -- Callbacks run through their registrant's runner (made at registration from 2.1.0 on);
+    -- made here for those registered before, and, like those made later, not extension members.
+    FOR v_x IN SELECT DISTINCT c.registrant FROM pgmq.callbacks c
+               JOIN pg_catalog.pg_roles r ON r.rolname = c.registrant ORDER BY 1 LOOP
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_x.registrant);
+        EXECUTE format('ALTER EXTENSION pgmq DROP FUNCTION pgmq.%I(text, jsonb)',
+                       '_callback_as_' || md5(v_x.registrant));
     END LOOP;
 
     -- A typed queue whose payload type runs untrusted code loses its constraint (it ran that code

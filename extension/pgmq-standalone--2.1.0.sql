@@ -5481,13 +5481,17 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent
+    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
 END;
 $fn$;
 
--- _make_callback_runner: role_name's runner (see the top of this file), made by dispatch when
--- missing (the first dispatch of a registrant's callback) or altered, for a proven caller that
--- may act as that role (a dispatcher that is the registrant or a member of it). SECURITY DEFINER: only it may create functions in
+-- _make_callback_runner: role_name's runner (see the top of this file), made at registration,
+-- and again by dispatch when missing or altered, for a proven caller that may act as that role
+-- (the registrant, or a dispatcher that is a member of it). SECURITY DEFINER: only it may create functions in
 -- the schema and hand them to a role.
 CREATE FUNCTION pgmq._make_callback_runner(role_name name)
 RETURNS void
@@ -5506,6 +5510,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
     END IF;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        RETURN;
+    END IF;
+    -- One maker at a time per role; a second one finds the runner made.
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
@@ -5635,7 +5648,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (the registrant's first dispatch, or its owner dropped it) or altered by it
+        -- missing (its owner dropped it) or altered by its owner
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
         v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
