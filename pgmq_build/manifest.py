@@ -38,6 +38,9 @@ class Function:
     security_definer: bool = False
     definer_reason: str = ""
     upstream: bool = True  # part of upstream PGMQ 1.13's surface
+    # An internal routine only upstream functions call (their work, moved out of them): like an
+    # upstream function, it raises only what pgmq_build/errors.py declares (lint PGMQ011).
+    upstream_path: bool = False
     # Why this routine does not pin search_path ("" = it does). A procedure that COMMITs cannot
     # (PostgreSQL forbids SET there), and a name given by the caller may need the caller's
     # search_path. Such a routine qualifies every name and operator itself.
@@ -45,6 +48,11 @@ class Function:
     commits: bool = False  # a procedure that controls transactions (needs unpinned_reason)
     # GUCs pinned besides search_path, as pg_proc.proconfig prints them ("name=value")
     settings: tuple[str, ...] = ()
+
+    @property
+    def upstream_errors(self) -> bool:
+        """Whether lint PGMQ011 holds this routine to upstream's declared errors."""
+        return self.upstream or self.upstream_path
 
     @property
     def kind(self) -> str:
@@ -152,6 +160,9 @@ CORE = Feature(
         _f("_belongs_to_pgmq", "table_name text", "boolean"),
         _f("format_table_name", "queue_name text, prefix text", "text"),
         _f("validate_queue_name", "queue_name text", "void"),
+        # our functions' flavour of the two checks above (specific SQLSTATEs, pgmq_build/errors.py)
+        _f("_format_table_name", "queue_name text, prefix text", "text", upstream=False),
+        _f("_validate_queue_name", "queue_name text", "void", upstream=False),
         _f("acquire_queue_lock", "queue_name text", "void"),
         _f("_owns_queue", "queue_name text", "boolean", upstream=False),
         _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
@@ -159,7 +170,8 @@ CORE = Feature(
         _f("create_non_partitioned", "queue_name text", "void"),
         _f("create_unlogged", "queue_name text", "void"),
         _f("create", "queue_name text", "void"),
-        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False),
+        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False,
+           upstream_path=True),
         _f("_create_queue_for", "queue_name text, unlogged boolean, owner name", "void", upstream=False,
            security_definer=True,
            definer_reason="roles without CREATE on the schema (kept from them: they could plant "
@@ -185,7 +197,7 @@ CORE = Feature(
         _f("send_batch", "queue_name text, msgs jsonb[], delay integer", "SETOF bigint"),
         _f("send_batch", f"queue_name text, msgs jsonb[], delay {TS}", "SETOF bigint"),
         _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[], delay integer", "SETOF bigint"),
-        _f("_delay_to_vt", "delay integer", TS, upstream=False),
+        _f("_delay_to_vt", "delay integer", TS, upstream=False, upstream_path=True),
         # reading
         _f("read", "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb", MSGS),
         _f(
@@ -212,6 +224,8 @@ CORE = Feature(
 )
 
 POLL = "max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100"
+KEEPS_SEARCH_PATH = ("pg_partman sets search_path at session level; this outer function puts the caller's "
+                     "value back after its pinned inner function returns")
 PART_DEFAULTS = "partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text"
 
 PARTITIONED = Feature(
@@ -224,10 +238,20 @@ PARTITIONED = Feature(
         _f("_get_pg_partman_major_version", "", "integer"),
         _f("_ensure_pg_partman_installed", "", "void"),
         _f("_get_partition_col", "partition_interval text", "text"),
-        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void"),
+        # Each routine calling pg_partman is an unpinned outer function that keeps the caller's
+        # search_path and a pinned inner one doing the work (create_partitioned.sql.j2).
+        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void",
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_create_partitioned", "queue_name text, partition_interval text, retention_interval text, "
+           "premake integer", "void", upstream=False, upstream_path=True),
         _f("convert_archive_partitioned",
-           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void"),
-        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False),
+           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void",
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_convert_archive_partitioned", "table_name text, partition_interval text, "
+           "retention_interval text, leading_partition integer", "void", upstream=False, upstream_path=True),
+        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False,
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_run_partition_maintenance", "queue_name text", "void", upstream=False),
     ),
 )
 
@@ -266,6 +290,8 @@ ROUTING = Feature(
     functions=(
         _f("validate_routing_key", "routing_key text", "boolean"),
         _f("validate_topic_pattern", "pattern text", "boolean"),
+        _f("_validate_routing_key", "routing_key text", "boolean", upstream=False),
+        _f("_validate_topic_pattern", "pattern text", "boolean", upstream=False),
         _f("_topic_regex", "pattern text", "text", upstream=False),
         # the engine
         _f("_headers_match", "arguments jsonb, headers jsonb", "boolean", upstream=False),
