@@ -203,8 +203,9 @@ $fn$;
 
 -- features/core/functions/queue_admin.sql.j2
 -- _create_queue_tables: the q_/a_ tables, their indexes and the meta row of a plain queue.
--- Idempotent: creating an existing queue changes nothing. Only upstream's create functions call
--- it, so it checks the name with upstream's flavour of the checks (P0001, upstream's texts).
+-- Idempotent: creating an existing queue changes nothing. It is the work of upstream's create
+-- functions, so it checks the name with upstream's flavour of the checks (P0001, upstream's
+-- texts); _create_queue_for calls it with a name it has checked already.
 CREATE FUNCTION pgmq._create_queue_tables(queue_name text, unlogged boolean)
 RETURNS void
 LANGUAGE plpgsql
