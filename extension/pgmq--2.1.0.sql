@@ -119,21 +119,35 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF queue_name IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF queue_name ~ '\$|;|--|''' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
-            MESSAGE = 'queue name contains invalid characters: $, ;, --, or ''';
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     RETURN lower(prefix || '_' || queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.format_table_name(queue_name text, prefix text) IS 'Name of the table (prefix q or a) that stores a queue.';
 
+-- _format_table_name: format_table_name for our own functions (42602, 22004).
+CREATE FUNCTION pgmq._format_table_name(queue_name text, prefix text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    RETURN lower(prefix || '_' || queue_name);
+END;
+$fn$;
+
 -- validate_queue_name: the longest name whose derived objects still fit in 63 bytes.
--- Identifiers are cut at 63 bytes, so the limit is in bytes (upstream counts characters, which
--- lets two multibyte names share one truncated table), of the name and of its lower case (the
--- table's spelling; lowering can lengthen a character, e.g. U+023A). Upstream's message.
 CREATE FUNCTION pgmq.validate_queue_name(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -142,15 +156,37 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name', MESSAGE = 'queue name cannot be NULL or empty';
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters';
     END IF;
     IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
-        RAISE EXCEPTION USING ERRCODE = 'name_too_long',
-            MESSAGE = 'queue name is too long, maximum length is 47 characters';
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
     END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.validate_queue_name(queue_name text) IS 'Raise unless the name is usable for a queue.';
+
+-- _validate_queue_name: validate_queue_name for our own functions (42602, 42622).
+CREATE FUNCTION pgmq._validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters' USING ERRCODE = 'name_too_long';
+    END IF;
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
+    END IF;
+END;
+$fn$;
 
 -- acquire_queue_lock: serialises create and drop of one queue until the transaction ends.
 CREATE FUNCTION pgmq.acquire_queue_lock(queue_name text)
@@ -173,7 +209,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 SELECT coalesce(pg_catalog.has_table_privilege(
-                    to_regclass(format('pgmq.%I', pgmq.format_table_name($1, 'q'))), $2),
+                    to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
                 false)
 $fn$;
 
@@ -262,8 +298,8 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_q text := pgmq.format_table_name(queue_name, 'q');
-    v_a text := pgmq.format_table_name(queue_name, 'a');
+    v_q text := pgmq._format_table_name(queue_name, 'q');
+    v_a text := pgmq._format_table_name(queue_name, 'a');
 BEGIN
     RETURN QUERY
     SELECT 'TABLE', c.relname::text FROM pg_catalog.pg_class c
@@ -321,17 +357,15 @@ BEGIN
     WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
       AND m.queue_name <> _create_queue_for.queue_name;
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-            MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
-            HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
     END IF;
     -- Creating is idempotent, but not silently so when the queue is another role's.
     SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
     v_new := to_regclass(format('pgmq.%I', v_qtable)) IS NULL;
     IF NOT v_new AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name,
-            coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
-                               WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
+        v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                      WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
+        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
         RETURN;  -- not ours to complete
     END IF;
 
@@ -378,8 +412,10 @@ BEGIN
         v_atable);
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
                    v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
-                   v_qtable || '_priority_idx', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || queue_name, v_atable);
 
@@ -469,8 +505,7 @@ BEGIN
     END IF;
     -- Checked before anything is changed; _drop_queue_tables checks again for itself.
     IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
 
     -- pg_partman keeps one part_config row (and a template table) per partitioned table; left
@@ -521,8 +556,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Queues made by releases before upstream 1.6 were extension members; a member table
     -- cannot be dropped until it leaves the extension.
@@ -542,7 +576,8 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq._drop_queue_tables(queue_name text) TO PUBLIC;
 
--- drop_queue(queue_name, partitioned): deprecated upstream; kept for old clients.
+-- drop_queue(queue_name, partitioned): deprecated upstream; kept for old clients. As upstream:
+-- the name is checked before the warning, and the result is true even when nothing was dropped.
 CREATE FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -550,8 +585,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RAISE WARNING 'drop_queue(queue_name, partitioned) is deprecated and will be removed in PGMQ v2.0. Use drop_queue(queue_name) instead.';
-    RETURN pgmq.drop_queue(queue_name);
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RAISE WARNING 'drop_queue(queue_name, partitioned) is deprecated and will be removed in PGMQ v2.0. Use drop_queue(queue_name) instead';
+    PERFORM pgmq.drop_queue(queue_name);
+    RETURN true;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean) IS 'Deprecated: use drop_queue(queue_name).';
@@ -593,13 +630,16 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'a');  -- as upstream: the name is checked
     RAISE WARNING 'detach_archive(queue_name) is deprecated and is a no-op. It will be removed in PGMQ v2.0. Archive tables are no longer member objects.';
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.detach_archive(queue_name text) IS 'Deprecated no-op.';
 
 -- features/core/functions/send.sql.j2
--- _delay_to_vt: the visibility time of a message sent with a delay in seconds.
+-- _delay_to_vt: the visibility time of a message sent with a delay in seconds. A negative delay
+-- is refused (upstream makes such a message visible at once); a NULL one gives a NULL vt, which
+-- the queue table refuses (23502) as upstream's does.
 CREATE FUNCTION pgmq._delay_to_vt(delay integer)
 RETURNS timestamp with time zone
 LANGUAGE plpgsql
@@ -607,23 +647,23 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF delay IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'delay cannot be NULL';
-    END IF;
     IF delay < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'delay cannot be negative';
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN clock_timestamp() + make_interval(secs => delay);
 END;
 $fn$;
 
--- send: the implementation every overload calls. Returns the new msg_id.
+-- send: the implementation every overload calls. Returns the new msg_id. The name is checked
+-- first, as upstream checks it, before our header handling looks at the queue.
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
     IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries'] THEN
         PERFORM pgmq._note_message_limits(queue_name);
@@ -633,11 +673,9 @@ BEGIN
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
-    RETURN QUERY EXECUTE format(
-        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
 VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
-RETURNING msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+RETURNING msg_id$q$, v_qtable)
     USING delay, msg, headers;
 END;
 $fn$;
@@ -722,23 +760,24 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF msgs IS NULL OR cardinality(msgs) = 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'msgs cannot be NULL or empty';
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
     END IF;
     IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('headers array length (%s) must match msgs array length (%s)',
-                             cardinality(headers), cardinality(msgs));
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
     END IF;
 END;
 $fn$;
 
--- _send_batch: one INSERT for the whole batch; ids come back in array order.
+-- _send_batch: one INSERT for the whole batch; ids come back in array order. The name is
+-- checked first, as upstream checks it.
 CREATE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries']) THEN
         PERFORM pgmq._note_message_limits(queue_name);
@@ -760,7 +799,7 @@ BEGIN
             RETURNING msg_id
         )
         SELECT msg_id FROM ins ORDER BY msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        v_qtable)
     USING delay, msgs, headers;
 END;
 $fn$;
@@ -954,10 +993,10 @@ DECLARE
     v_stop_at timestamptz;
 BEGIN
     IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
     LOOP
@@ -1133,7 +1172,8 @@ COMMENT ON FUNCTION pgmq.archive(queue_name text, msg_id bigint) IS 'Move one me
 
 -- features/core/functions/set_vt.sql.j2
 -- set_vt(msg_ids, timestamptz): the implementation; extends or releases leases. No visibility
--- check and no read_ct change, as upstream; missing ids are skipped.
+-- check and no read_ct change, as upstream; missing ids are skipped. A NULL vt fails on the
+-- table's NOT NULL (23502) when a message matches, as upstream's does.
 CREATE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -1141,9 +1181,6 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF vt IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'vt cannot be NULL';
-    END IF;
     RETURN QUERY EXECUTE format(
         $q$WITH moved AS (
             UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
@@ -1522,7 +1559,7 @@ BEGIN
                 'time', clock_timestamp())),
                    coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
             FROM d ORDER BY d.msg_id$q$,
-            pgmq.format_table_name(queue_name, 'q'), pgmq.format_table_name(v_dlq, 'q'))
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
         USING msg_ids, queue_name, reason, error;
     ELSE
         EXECUTE format(
@@ -1537,7 +1574,7 @@ BEGIN
                        'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
                        'time', clock_timestamp()))
             FROM d$q$,
-            pgmq.format_table_name(queue_name, 'q'), pgmq.format_table_name(queue_name, 'a'))
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
         USING msg_ids, queue_name, reason, error;
     END IF;
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -1553,7 +1590,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_dlq    text := pgmq.format_table_name(dead_letter_queue, 'q');
+    v_dlq    text := pgmq._format_table_name(dead_letter_queue, 'q');
     v_target text;
     v_left   bigint := max_messages;
     v_count  bigint;
@@ -1592,7 +1629,7 @@ BEGIN
                    nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
                    coalesce((headers->>'x-pgmq-priority')::integer, 0)
             FROM moved ORDER BY msg_id$q$,
-            v_dlq, pgmq.format_table_name(v_target, 'q'))
+            v_dlq, pgmq._format_table_name(v_target, 'q'))
         USING target_queue, v_target, v_left;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
@@ -1614,7 +1651,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_headers jsonb;
     v_policy  pgmq.queue_settings;
     v_limit   integer;
@@ -1656,7 +1693,7 @@ DECLARE
     v_read_ct integer;
 BEGIN
     EXECUTE format('SELECT read_ct FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
-                   pgmq.format_table_name(queue_name, 'q'))
+                   pgmq._format_table_name(queue_name, 'q'))
     INTO v_read_ct
     USING msg_id;
     IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
@@ -1699,7 +1736,7 @@ BEGIN
                    ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
                         coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
            WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        pgmq._format_table_name(queue_name, 'q'))
     USING msg_id, msg, vt, extra_retries, v_max;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count > 0;
@@ -1745,7 +1782,7 @@ BEGIN
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
 VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
 RETURNING msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        pgmq._format_table_name(queue_name, 'q'))
     INTO v_id
     USING delay, msg, headers;
     UPDATE pgmq.dedup_keys k SET msg_id = v_id
@@ -1775,7 +1812,7 @@ BEGIN
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
 VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
 RETURNING msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        pgmq._format_table_name(queue_name, 'q'))
     INTO v_id
     USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
         'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
@@ -1800,7 +1837,7 @@ BEGIN
            WHERE msg_id = ANY($1)
              AND vt = 'infinity'
              AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
-        pgmq.format_table_name(queue_name, 'q'))
+        pgmq._format_table_name(queue_name, 'q'))
     USING msg_ids;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -1837,7 +1874,7 @@ BEGIN
                 WHERE vt <> 'infinity'
                   AND enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1)) < clock_timestamp()
                 FOR UPDATE SKIP LOCKED) e$q$,
-            pgmq.format_table_name(v_queue, 'q'))
+            pgmq._format_table_name(v_queue, 'q'))
         INTO v_ids
         USING v_ttl;
         IF v_ids IS NOT NULL THEN
@@ -1846,7 +1883,7 @@ BEGIN
         EXECUTE format(
             $q$DELETE FROM pgmq.%I
                WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
-            pgmq.format_table_name(v_queue, 'q'));
+            pgmq._format_table_name(v_queue, 'q'));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
         DELETE FROM pgmq.dedup_keys k
@@ -1903,19 +1940,12 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_major integer;
 BEGIN
     IF NOT pgmq._extension_exists('pg_partman') THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-            MESSAGE = 'pg_partman is required for partitioned queues',
-            HINT = 'Install it in this database: CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman;';
+        RAISE EXCEPTION 'pg_partman is required for partitioned queues';
     END IF;
-    v_major := pgmq._get_pg_partman_major_version();
-    IF v_major IS NULL OR v_major < 4 THEN
-        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
-            MESSAGE = format('pg_partman %s is too old for partitioned queues', v_major),
-            HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+    IF coalesce(pgmq._get_pg_partman_major_version(), 0) < 4 THEN
+        RAISE EXCEPTION 'pg_partman % is too old for partitioned queues', pgmq._get_pg_partman_major_version() USING ERRCODE = 'feature_not_supported', HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
     END IF;
 END;
 $fn$;
@@ -1941,6 +1971,23 @@ CREATE FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._create_partitioned(queue_name, partition_interval, retention_interval, premake);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
+
+-- _create_partitioned: the work of create_partitioned.
+CREATE FUNCTION pgmq._create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -1957,67 +2004,55 @@ DECLARE
     v_existing   text;
     v_keydef     text;
 BEGIN
+    -- upstream's checks, in upstream's order
     PERFORM pgmq.validate_queue_name(queue_name);
     -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
     -- them: only a trusted role may, so that no untrusted role owns a queue table.
     IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'create_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq',
-            HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'create_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
     END IF;
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
     IF premake IS NULL OR premake < 1 THEN
-        RAISE EXCEPTION 'premake must be at least 1, got %', premake USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
     END IF;
+    -- what pg_partman would refuse, refused before it is called
     IF pg_catalog.strpos(queue_name, '.') > 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
-            MESSAGE = 'partitioned queue names cannot contain "."',
-            HINT = 'pg_partman does not support table names containing periods.';
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
     END IF;
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
     IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'partition_interval cannot be NULL or empty';
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
     END IF;
     IF v_col = 'msg_id' THEN
         IF partition_interval::bigint < 1 THEN
-            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
         END IF;
         IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
-            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END IF;
     ELSE
         BEGIN
             v_interval := partition_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
         END;
         BEGIN
             v_interval := retention_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END;
     END IF;
-
-    PERFORM pgmq.acquire_queue_lock(queue_name);
-    PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
 
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
-    WHERE lower(m.queue_name) = lower(create_partitioned.queue_name)
-      AND m.queue_name <> create_partitioned.queue_name;
+    WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
+      AND m.queue_name <> _create_partitioned.queue_name;
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-            MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
-            HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
     END IF;
 
     -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
@@ -2026,19 +2061,17 @@ BEGIN
     WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
       AND c.relkind <> 'p';
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
-            MESSAGE = format('queue "%s" already exists and is not partitioned', queue_name),
-            HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+        RAISE EXCEPTION 'queue "%" already exists and is not partitioned', queue_name USING HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
     END IF;
     SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
     FROM pg_catalog.pg_class c
     WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
     IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('queue "%s" is already partitioned by %s, not by %s', queue_name, v_keydef, v_col);
+        RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
     END IF;
 
-    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT.
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
+    -- objects are made IF NOT EXISTS (a repeated call prints upstream's NOTICEs), ours quietly.
     EXECUTE format(
         $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
             msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
@@ -2055,14 +2088,20 @@ BEGIN
     -- Indexes on the parent are created on every partition, present and future.
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
                    v_qtable || '_part_idx', v_qtable, v_col);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
-                   v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
-                   v_qtable || '_priority_idx', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_vt_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
     IF v_col <> 'msg_id' THEN
         -- delete/archive/set_vt find messages by msg_id: without a key, index it.
-        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
-                       v_qtable || '_msg_id_idx', v_qtable);
+        IF to_regclass(format('pgmq.%I', v_qtable || '_msg_id_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_qtable || '_msg_id_idx', v_qtable);
+        END IF;
     END IF;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured
@@ -2102,8 +2141,10 @@ BEGIN
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || queue_name, v_atable);
     IF v_acol = 'msg_id' THEN
-        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
-                       v_atable || '_part_idx', v_atable);
+        IF to_regclass(format('pgmq.%I', v_atable || '_part_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_atable || '_part_idx', v_atable);
+        END IF;
     END IF;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured
@@ -2135,11 +2176,27 @@ BEGIN
     ON CONFLICT DO NOTHING;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
 
 -- convert_archive_partitioned: replaces a plain archive a_<q> by a partitioned one. The old
 -- table is kept, renamed a_<q>_old, with its rows (they are not copied).
 CREATE FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._convert_archive_partitioned(table_name, partition_interval, retention_interval, leading_partition);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer) IS 'Replace the plain archive of queue table_name by a pg_partman-partitioned one; the old archive is renamed a_<queue>_old and keeps its rows. NOTICE and nothing else when the archive is missing or already partitioned. leading_partition is accepted for compatibility and unused (as upstream).';
+
+-- _convert_archive_partitioned: the work of convert_archive_partitioned.
+CREATE FUNCTION pgmq._convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -2160,58 +2217,49 @@ DECLARE
     v_start      text;
     v_grant      record;
 BEGIN
+    PERFORM pgmq.acquire_queue_lock(table_name);
+    -- upstream's NOTICEs, before anything else is checked
+    SELECT c.relkind INTO v_kind
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_atable));
+    IF v_kind = 'p' THEN
+        RAISE NOTICE 'Table %s is already partitioned', v_atable;
+        RETURN;
+    ELSIF v_kind IS NULL THEN
+        RAISE NOTICE 'Table %s does not exists', v_atable;
+        RETURN;
+    END IF;
+    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'convert_archive_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+    END IF;
+    -- what pg_partman would refuse, refused before it is called
+    IF pg_catalog.strpos(table_name, '.') > 0 THEN
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
     IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'partition_interval cannot be NULL or empty';
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
     END IF;
     IF v_col = 'msg_id' THEN
         IF partition_interval::bigint < 1 THEN
-            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
         END IF;
         IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
-            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END IF;
     ELSE
         BEGIN
             v_interval := partition_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
         END;
         BEGIN
             v_interval := retention_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END;
-    END IF;
-
-    PERFORM pgmq.acquire_queue_lock(table_name);
-    SELECT c.relkind INTO v_kind
-    FROM pg_catalog.pg_class c
-    WHERE c.oid = to_regclass(format('pgmq.%I', v_atable));
-    IF v_kind = 'p' THEN
-        RAISE NOTICE 'table pgmq.% is already partitioned', v_atable;
-        RETURN;
-    ELSIF v_kind IS NULL THEN
-        RAISE NOTICE 'table pgmq.% does not exist', v_atable;
-        RETURN;
-    END IF;
-    IF pg_catalog.strpos(table_name, '.') > 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
-            MESSAGE = 'partitioned queue names cannot contain "."',
-            HINT = 'pg_partman does not support table names containing periods.';
-    END IF;
-    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
-    IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'convert_archive_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq';
     END IF;
     PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
@@ -2219,9 +2267,14 @@ BEGIN
 
     EXECUTE format('ALTER TABLE pgmq.%I RENAME TO %I', v_atable, v_old);
     -- Free the index names the new table uses (the key index renames its constraint too).
-    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I', v_atable || '_pkey', v_old || '_pkey');
-    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I',
-                   'archived_at_idx_' || table_name, 'archived_at_idx_' || table_name || '_old');
+    -- Looked up first: ALTER INDEX IF EXISTS would print a NOTICE upstream does not print.
+    IF to_regclass(format('pgmq.%I', v_atable || '_pkey')) IS NOT NULL THEN
+        EXECUTE format('ALTER INDEX pgmq.%I RENAME TO %I', v_atable || '_pkey', v_old || '_pkey');
+    END IF;
+    IF to_regclass(format('pgmq.%I', 'archived_at_idx_' || table_name)) IS NOT NULL THEN
+        EXECUTE format('ALTER INDEX pgmq.%I RENAME TO %I',
+                       'archived_at_idx_' || table_name, 'archived_at_idx_' || table_name || '_old');
+    END IF;
 
     EXECUTE format(
         $q$CREATE TABLE pgmq.%I (LIKE pgmq.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS
@@ -2292,10 +2345,26 @@ BEGIN
     USING v_aparent, pg_catalog.btrim(retention_interval), false, true, 4;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer) IS 'Replace the plain archive of queue table_name by a pg_partman-partitioned one; the old archive is renamed a_<queue>_old and keeps its rows. NOTICE and nothing else when the archive is missing or already partitioned. leading_partition is accepted for compatibility and unused (as upstream).';
 
 -- run_partition_maintenance: pg_partman's maintenance for one queue or all partitioned queues.
 CREATE FUNCTION pgmq.run_partition_maintenance(queue_name text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._run_partition_maintenance(queue_name);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
+
+-- _run_partition_maintenance: the work of run_partition_maintenance.
+CREATE FUNCTION pgmq._run_partition_maintenance(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -2312,13 +2381,18 @@ DECLARE
     v_pending    boolean;
     v_found      boolean;
 BEGIN
-    IF run_partition_maintenance.queue_name IS NOT NULL THEN
-        PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = run_partition_maintenance.queue_name;
+    IF _run_partition_maintenance.queue_name IS NOT NULL THEN
+        PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = _run_partition_maintenance.queue_name;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-                MESSAGE = format('queue "%s" does not exist', run_partition_maintenance.queue_name);
+                MESSAGE = format('queue "%s" does not exist', _run_partition_maintenance.queue_name);
         END IF;
-        PERFORM pgmq._ensure_pg_partman_installed();
+        IF NOT pgmq._extension_exists('pg_partman') THEN
+            RAISE EXCEPTION 'pg_partman is required for partitioned queues' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF coalesce(pgmq._get_pg_partman_major_version(), 0) < 4 THEN
+            RAISE EXCEPTION 'pg_partman % is too old for partitioned queues', pgmq._get_pg_partman_major_version() USING ERRCODE = 'feature_not_supported', HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+        END IF;
     ELSIF NOT pgmq._extension_exists('pg_partman') THEN
         RETURN;  -- no pg_partman, so no partitioned queue: nothing to do
     END IF;
@@ -2326,15 +2400,15 @@ BEGIN
 
     FOR v_queue IN
         SELECT m.queue_name FROM pgmq.meta m
-        WHERE run_partition_maintenance.queue_name IS NULL
-           OR m.queue_name = run_partition_maintenance.queue_name
+        WHERE _run_partition_maintenance.queue_name IS NULL
+           OR m.queue_name = _run_partition_maintenance.queue_name
         ORDER BY m.queue_name
     LOOP
         -- Serialise with drop_queue and create_partitioned of this queue.
         PERFORM pgmq.acquire_queue_lock(v_queue);
         v_found := false;
-        FOREACH v_table IN ARRAY ARRAY[pgmq.format_table_name(v_queue, 'q'),
-                                       pgmq.format_table_name(v_queue, 'a')]
+        FOREACH v_table IN ARRAY ARRAY[pgmq._format_table_name(v_queue, 'q'),
+                                       pgmq._format_table_name(v_queue, 'a')]
         LOOP
             v_parent := 'pgmq.' || v_table;
             v_control := NULL;
@@ -2374,14 +2448,13 @@ BEGIN
 
             EXECUTE format('SELECT %I.run_maintenance(p_parent_table := $1)', v_partman) USING v_parent;
         END LOOP;
-        IF run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN
+        IF _run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN
             RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
                 MESSAGE = format('queue "%s" is not partitioned', v_queue);
         END IF;
     END LOOP;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
 
 -- ---------------------------------------------------------------- feature: fifo
 
@@ -2402,8 +2475,9 @@ END;
 $fn$;
 
 -- _build_fifo_index: builds the FIFO index of a queue for its owner (the table belongs to the
--- extension's owner, hence SECURITY DEFINER); replaces an index of that name that is not the
--- FIFO btree (upstream's GIN on headers). Idempotent.
+-- extension's owner, hence SECURITY DEFINER); quietly replaces an index of that name that is not
+-- the FIFO btree (upstream's GIN on headers). Idempotent; on an existing index it prints
+-- upstream's NOTICE (relation "..." already exists, skipping) and nothing else.
 CREATE FUNCTION pgmq._build_fifo_index(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -2415,28 +2489,23 @@ DECLARE
     v_caller name;
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
     v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
-    v_index  regclass := to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx'));
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF v_index IS NOT NULL THEN
-        IF EXISTS (
-            SELECT 1
-            FROM pg_catalog.pg_index i
-            JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-            JOIN pg_catalog.pg_am a ON a.oid = c.relam
-            WHERE i.indrelid = v_rel
-              AND c.relname = v_qtable || '_fifo_idx'
-              AND a.amname = 'btree'
-              AND i.indkey[0] = 0
-              AND i.indisvalid
-        ) THEN
-            RETURN;
-        END IF;
-        RAISE NOTICE 'replacing index % of queue %, which is not the FIFO btree index', v_index, queue_name;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx')) IS NOT NULL
+       AND NOT EXISTS (
+               SELECT 1
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_am a ON a.oid = c.relam
+               WHERE i.indrelid = v_rel
+                 AND c.relname = v_qtable || '_fifo_idx'
+                 AND a.amname = 'btree'
+                 AND i.indkey[0] = 0
+                 AND i.indisvalid
+           ) THEN
         EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
     END IF;
     EXECUTE format(
@@ -2499,10 +2568,10 @@ DECLARE
     v_size    bigint;
 BEGIN
     IF qty IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF qty < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
     END IF;
     v_rel := format('pgmq.%I', v_qtable)::regclass;
     IF qty = 0 THEN
@@ -2754,10 +2823,10 @@ DECLARE
     v_stop_at timestamptz;
 BEGIN
     IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
     LOOP
@@ -2790,10 +2859,10 @@ DECLARE
     v_have    bigint := 0;
 BEGIN
     IF qty IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF qty < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
     END IF;
     v_rel := format('pgmq.%I', v_qtable)::regclass;
     IF qty = 0 THEN
@@ -3030,10 +3099,10 @@ DECLARE
     v_stop_at timestamptz;
 BEGIN
     IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
     LOOP
@@ -3066,10 +3135,10 @@ DECLARE
     v_have    bigint := 0;
 BEGIN
     IF qty IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'qty cannot be NULL';
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF qty < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_row_count_in_limit_clause', MESSAGE = 'qty must not be negative';
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
     END IF;
     v_rel := format('pgmq.%I', v_qtable)::regclass;
     IF qty = 0 THEN
@@ -3306,10 +3375,10 @@ DECLARE
     v_stop_at timestamptz;
 BEGIN
     IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_poll_seconds must be non-negative';
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'poll_interval_ms must be positive';
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
     LOOP
@@ -3336,33 +3405,57 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF routing_key IS NULL OR routing_key = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key cannot be NULL or empty');
+        RAISE EXCEPTION 'routing_key cannot be NULL or empty';
     END IF;
     IF length(routing_key) > 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key length cannot exceed 255 characters, got %s characters', length(routing_key));
+        RAISE EXCEPTION 'routing_key length cannot exceed 255 characters, got % characters', length(routing_key);
     END IF;
     IF routing_key !~ '^[a-zA-Z0-9._-]+$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %s', routing_key);
+        RAISE EXCEPTION 'routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %', routing_key;
     END IF;
     IF routing_key ~ '^\.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key cannot start with a dot. Got: %s', routing_key);
+        RAISE EXCEPTION 'routing_key cannot start with a dot. Got: %', routing_key;
     END IF;
     IF routing_key ~ '\.$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key cannot end with a dot. Got: %s', routing_key);
+        RAISE EXCEPTION 'routing_key cannot end with a dot. Got: %', routing_key;
     END IF;
     IF routing_key ~ '\.\.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('routing_key cannot contain consecutive dots. Got: %s', routing_key);
+        RAISE EXCEPTION 'routing_key cannot contain consecutive dots. Got: %', routing_key;
     END IF;
     RETURN true;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.validate_routing_key(routing_key text) IS 'Raise unless routing_key is a valid routing key; true otherwise.';
+
+-- _validate_routing_key: validate_routing_key for our own functions (22023).
+CREATE FUNCTION pgmq._validate_routing_key(routing_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF routing_key IS NULL OR routing_key = '' THEN
+        RAISE EXCEPTION 'routing_key cannot be NULL or empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(routing_key) > 255 THEN
+        RAISE EXCEPTION 'routing_key length cannot exceed 255 characters, got % characters', length(routing_key) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key !~ '^[a-zA-Z0-9._-]+$' THEN
+        RAISE EXCEPTION 'routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '^\.' THEN
+        RAISE EXCEPTION 'routing_key cannot start with a dot. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '\.$' THEN
+        RAISE EXCEPTION 'routing_key cannot end with a dot. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '\.\.' THEN
+        RAISE EXCEPTION 'routing_key cannot contain consecutive dots. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN true;
+END;
+$fn$;
 
 -- validate_topic_pattern: a routing key that may also hold '*' (one word) and '#' (any words).
 CREATE FUNCTION pgmq.validate_topic_pattern(pattern text)
@@ -3373,45 +3466,75 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF pattern IS NULL OR pattern = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot be NULL or empty');
+        RAISE EXCEPTION 'pattern cannot be NULL or empty';
     END IF;
     IF length(pattern) > 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern length cannot exceed 255 characters, got %s characters', length(pattern));
+        RAISE EXCEPTION 'pattern length cannot exceed 255 characters, got % characters', length(pattern);
     END IF;
     IF pattern !~ '^[a-zA-Z0-9._\-*#]+$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %', pattern;
     END IF;
     IF pattern ~ '^\.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot start with a dot. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot start with a dot. Got: %', pattern;
     END IF;
     IF pattern ~ '\.$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot end with a dot. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot end with a dot. Got: %', pattern;
     END IF;
     IF pattern ~ '\.\.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot contain consecutive dots. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot contain consecutive dots. Got: %', pattern;
     END IF;
     IF pattern ~ '\*\*' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %', pattern;
     END IF;
     IF pattern ~ '##' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %', pattern;
     END IF;
     IF pattern ~ '\*#' OR pattern ~ '#\*' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %s', pattern);
+        RAISE EXCEPTION 'pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %', pattern;
     END IF;
     RETURN true;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.validate_topic_pattern(pattern text) IS 'Raise unless pattern is a valid topic pattern; true otherwise.';
+
+-- _validate_topic_pattern: validate_topic_pattern for our own functions (22023).
+CREATE FUNCTION pgmq._validate_topic_pattern(pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION 'pattern cannot be NULL or empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(pattern) > 255 THEN
+        RAISE EXCEPTION 'pattern length cannot exceed 255 characters, got % characters', length(pattern) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern !~ '^[a-zA-Z0-9._\-*#]+$' THEN
+        RAISE EXCEPTION 'pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '^\.' THEN
+        RAISE EXCEPTION 'pattern cannot start with a dot. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\.$' THEN
+        RAISE EXCEPTION 'pattern cannot end with a dot. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\.\.' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive dots. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\*\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '##' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\*#' OR pattern ~ '#\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN true;
+END;
+$fn$;
 
 -- _topic_regex: the anchored regex of a pattern: metacharacters escaped, '*' = one word,
 -- '#' = anything (so 'logs.#' needs at least 'logs.'; upstream's rule).
@@ -3580,7 +3703,7 @@ BEGIN
             HINT = 'The exchange owner or a superuser can allow it with grant_publish_access.';
     END IF;
     IF v_ex.exchange_type = 'topic' THEN
-        PERFORM pgmq.validate_routing_key(routing_key);
+        PERFORM pgmq._validate_routing_key(routing_key);
     ELSIF v_ex.exchange_type = 'direct' AND routing_key IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
             MESSAGE = format('a direct exchange needs a routing key (exchange "%s")', exchange_name);
@@ -3830,7 +3953,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
             MESSAGE = format('a binding to direct exchange "%s" needs a key', exchange_name);
     ELSIF v_ex.exchange_type = 'topic' THEN
-        PERFORM pgmq.validate_topic_pattern(binding_key);
+        PERFORM pgmq._validate_topic_pattern(binding_key);
     ELSIF v_ex.exchange_type = 'headers' THEN
         v_args := pgmq._headers_arguments(binding_key);
     END IF;
@@ -3919,11 +4042,10 @@ AS $fn$
 BEGIN
     PERFORM pgmq.validate_topic_pattern(pattern);
     IF queue_name IS NULL OR queue_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'queue_name cannot be NULL or empty';
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('Queue "%s" does not exist. Create the queue first using pgmq.create()', queue_name);
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
     END IF;
     PERFORM pgmq._bind('pgmq.topic', queue_name, pattern);
 END;
@@ -3939,10 +4061,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF pattern IS NULL OR pattern = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'pattern cannot be NULL or empty';
+        RAISE EXCEPTION 'pattern cannot be NULL or empty';
     END IF;
     IF queue_name IS NULL OR queue_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'queue_name cannot be NULL or empty';
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
     END IF;
     RETURN pgmq._unbind('pgmq.topic', queue_name, pattern) > 0;
 END;
@@ -4010,7 +4132,7 @@ DECLARE
 BEGIN
     v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
     IF msg IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msg cannot be NULL';
+        RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     FOR v_queue IN SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q) LOOP
         RETURN QUERY SELECT v_queue, s.id FROM pgmq.send(v_queue, msg, headers, delay) AS s(id);
@@ -4053,6 +4175,9 @@ COMMENT ON FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key t
 -- features/routing/functions/send_topic.sql.j2
 -- send_topic: upstream's name for publishing to the built-in topic exchange 'pgmq.topic';
 -- returns how many queues got a copy. All or nothing: any failing send aborts the whole call.
+-- Upstream's checks and texts first. A key no binding matches gives 0 and no NOTICE, as
+-- upstream (our exchanges' NOTICE is not printed here; set_unroutable('pgmq.topic', 'error')
+-- still makes it an error).
 CREATE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -4060,18 +4185,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_count integer;
+    v_ex    pgmq.exchanges;
+    v_queue text;
+    v_vt    timestamp with time zone;
+    v_count integer := 0;
 BEGIN
     PERFORM pgmq.validate_routing_key(routing_key);
     IF msg IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'msg cannot be NULL';
+        RAISE EXCEPTION 'msg cannot be NULL';
     END IF;
     IF delay < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('delay cannot be negative, got: %s', delay);
+        RAISE EXCEPTION 'delay cannot be negative, got: %', delay;
     END IF;
-    SELECT count(*) INTO v_count
-    FROM pgmq.publish('pgmq.topic', routing_key, msg, headers, pgmq._delay_to_vt(delay));
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    v_vt := pgmq._delay_to_vt(delay);
+    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, headers) AS r(q) LOOP
+        PERFORM pgmq.send(v_queue, msg, headers, v_vt);
+        v_count := v_count + 1;
+    END LOOP;
+    IF v_count = 0 AND v_ex.on_unroutable = 'error' THEN
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
     RETURN v_count;
 END;
 $fn$;
@@ -4120,7 +4254,8 @@ $fn$;
 COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb) IS 'Overload of send_topic(); see its main form.';
 
 
--- send_batch_topic: the batch into every matching queue; returns each (queue, msg_id).
+-- send_batch_topic: the batch into every matching queue; returns each (queue, msg_id). Checks
+-- in upstream's order; no match gives an empty result and no NOTICE, as upstream.
 CREATE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
 RETURNS TABLE(queue_name text, msg_id bigint)
 LANGUAGE plpgsql
@@ -4131,14 +4266,15 @@ DECLARE
     v_ex    pgmq.exchanges;
     v_queue text;
 BEGIN
-    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    PERFORM pgmq.validate_routing_key(routing_key);
     PERFORM pgmq._validate_batch_params(msgs, headers);
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
     FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, NULL) AS r(q)
     LOOP
         RETURN QUERY SELECT v_queue, s.msg_id
                      FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
     END LOOP;
-    IF v_queue IS NULL THEN
+    IF v_queue IS NULL AND v_ex.on_unroutable = 'error' THEN  -- no NOTICE, as send_topic
         PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
     END IF;
 END;
@@ -4295,8 +4431,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
     IF kind = 'insert' AND enable THEN
@@ -4335,15 +4470,14 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
     END IF;
     -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
        OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
     END IF;
 
     PERFORM pgmq.disable_notify_insert(queue_name);
@@ -4381,21 +4515,19 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative, got: %', throttle_interval_ms;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = update_notify_insert.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('Queue "%s" does not exist. Create the queue first using pgmq.create()', queue_name);
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
     END IF;
     UPDATE pgmq.notify_insert_throttle t
     SET throttle_interval_ms = update_notify_insert.throttle_interval_ms,
         last_notified_at = to_timestamp(0)
     WHERE t.queue_name = update_notify_insert.queue_name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('Queue "%s" does not have notify_insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name);
+        RAISE EXCEPTION 'Queue "%" does not have notify_insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name;
     END IF;
 END;
 $fn$;
@@ -4438,7 +4570,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
 BEGIN
     -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
@@ -4461,6 +4593,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- our flavour of the name checks
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_notify_trigger(queue_name, 'msg_id', false);
 END;
@@ -4701,8 +4834,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF type_name IS NOT NULL THEN
         v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
@@ -4733,7 +4865,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_kind   "char";
     v_old    text;
     v_new    text;
@@ -4820,6 +4952,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- our SQLSTATEs, not create()'s
+    PERFORM pgmq._validate_queue_name(queue_name);
     PERFORM pgmq.create(queue_name);
     PERFORM pgmq.set_payload_type(queue_name, payload_type);
 END;
@@ -4986,6 +5120,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('queue_type must be ''N'' (normal) or ''D'' (dead letter), got %s', coalesce(queue_type::text, 'NULL'));
     END IF;
+    PERFORM pgmq._validate_queue_name(queue_name::text);  -- our SQLSTATEs, not create()'s
     PERFORM pgmq.create(queue_name::text);
     PERFORM pgmq.set_retry_policy(queue_name::text, queue_retries, coalesce(queue_retry_delay, 0),
                                           1, NULL, queue_dlq::text);
@@ -5023,6 +5158,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq._format_table_name(queue_name::text, 'q');  -- our SQLSTATEs, not drop_queue()'s
     IF NOT pgmq.drop_queue(queue_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
     END IF;
@@ -5038,7 +5174,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_oid oid := to_regclass(format('pgmq.%I', pgmq.format_table_name(queue_name::text, 'q')));
+    v_oid oid := to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name::text, 'q')));
 BEGIN
     IF v_oid IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
@@ -5097,7 +5233,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_policy pgmq.queue_settings;
     v_done   bigint[] := '{}';
     v_row    record;
@@ -5172,7 +5308,7 @@ BEGIN
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
     USING v_msg.msg_id;
     -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
     RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
@@ -5677,7 +5813,7 @@ BEGIN
     END;
     -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
     -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
     USING v_msg.msg_id;
     RETURN 'done';
 END;
@@ -5757,13 +5893,12 @@ DECLARE
     v_role   oid;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text)
-       OR to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
+       OR to_regclass(format('pgmq.%I', pgmq._format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
     END IF;
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name::text);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';
     END IF;
     SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
     IF role_name IS NULL THEN
@@ -5968,7 +6103,7 @@ CREATE POLICY meta_read ON pgmq.meta FOR SELECT USING (true);
 CREATE POLICY meta_insert ON pgmq.meta FOR INSERT
  WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY meta_delete ON pgmq.meta FOR DELETE
-USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq.format_table_name(queue_name, 'q'))) IS NULL);
+USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name, 'q'))) IS NULL);
 
 -- settings are the owner's; the one flag senders set goes through _note_message_limits
 ALTER TABLE pgmq.queue_settings ENABLE ROW LEVEL SECURITY;

@@ -72,44 +72,183 @@ UPDATE pgmq.callbacks c SET registrant = o.owner
 FROM pgmq.queue_owners o WHERE o.queue_name = c.queue_name;
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq.format_table_name(text, text)
+-- replace: pgmq.validate_queue_name(text)
 -- replace: pgmq._owns_queue(text)
+-- replace: pgmq._queue_privilege(text, text)
 -- replace: pgmq._create_queue_tables(text, boolean)
 -- gone: pgmq._create_queue_for(text, boolean, name)
 -- replace: pgmq.drop_queue(text)
+-- replace: pgmq.drop_queue(text, boolean)
+-- replace: pgmq.detach_archive(text)
+-- replace: pgmq._delay_to_vt(integer)
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq._validate_batch_params(jsonb[], jsonb[])
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.read_with_poll(text, integer, integer, integer, integer, jsonb)
+-- replace: pgmq.set_vt(text, bigint[], timestamp with time zone)
 -- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
+-- replace: pgmq._dead_letter(text, bigint[], text, text)
+-- replace: pgmq.redrive(text, text, integer)
+-- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.nack(text, bigint, text)
+-- replace: pgmq.checkpoint(text, bigint, jsonb, integer, integer)
+-- replace: pgmq._send_dedup(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
+-- replace: pgmq.confirm(text, bigint[])
+-- replace: pgmq.expire_messages(text)
+-- replace: pgmq._ensure_pg_partman_installed()
 -- replace: pgmq.create_partitioned(text, text, text, integer)
 -- replace: pgmq.convert_archive_partitioned(text, text, text, integer)
+-- replace: pgmq.run_partition_maintenance(text)
 -- replace: pgmq._create_fifo_index_if_not_exists(text)
 -- replace: pgmq.create_fifo_index(text)
 -- replace: pgmq.create_fifo_indexes_all()
+-- replace: pgmq.read_grouped(text, integer, integer)
+-- replace: pgmq.read_grouped_with_poll(text, integer, integer, integer, integer)
+-- replace: pgmq.read_grouped_rr(text, integer, integer)
+-- replace: pgmq.read_grouped_rr_with_poll(text, integer, integer, integer, integer)
+-- replace: pgmq.read_grouped_head(text, integer, integer)
+-- replace: pgmq.read_grouped_head_with_poll(text, integer, integer, integer, integer)
+-- replace: pgmq.validate_routing_key(text)
+-- replace: pgmq.validate_topic_pattern(text)
+-- replace: pgmq._exchange_for_publish(text, text)
+-- replace: pgmq._bind(text, text, text)
+-- replace: pgmq.bind_topic(text, text)
+-- replace: pgmq.unbind_topic(text, text)
+-- replace: pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send_topic(text, jsonb, jsonb, integer)
+-- replace: pgmq.send_batch_topic(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.enable_notify_insert(text, integer)
 -- replace: pgmq.disable_notify_insert(text)
+-- replace: pgmq.update_notify_insert(text, integer)
 -- replace: pgmq.enable_notify_msg_id(text)
 -- replace: pgmq.disable_notify_msg_id(text)
 -- replace: pgmq.set_payload_type(text, regtype)
+-- replace: pgmq."create"(text, regtype)
 -- replace: pgmq.read_payload(text, integer, integer, anyelement)
 -- replace: pgmq.pop_payload(text, integer, anyelement)
+-- replace: pgmq.create_queue(name, character, name, integer, integer)
+-- replace: pgmq.drop_queue(name)
+-- replace: pgmq.get_queue_table(name)
+-- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq._take_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._register_callback(text, regprocedure, text, text)
 -- replace: pgmq._dispatch_one(text)
+-- replace: pgmq._queue_objects(text)
 -- replace: pgmq._set_queue_access(name, name, boolean)
 -- replace: pgmq.grant_queue_access(name, name)
 -- replace: pgmq.grant_queue_access(name, oid)
 -- replace: pgmq.revoke_queue_access(name, name)
 -- replace: pgmq.revoke_queue_access(name, oid)
 -- replace: pgmq.reset_queue_access(name)
+-- new: pgmq._format_table_name(text, text)
+-- new: pgmq._validate_queue_name(text)
 -- new: pgmq._is_trusted(name)
 -- new: pgmq._role_owns_queue(name, text)
 -- new: pgmq._prove_caller()
 -- new: pgmq._proven_caller()
 -- new: pgmq._create_queue_for(text, boolean)
 -- new: pgmq._drop_queue_tables(text)
+-- new: pgmq._create_partitioned(text, text, text, integer)
+-- new: pgmq._convert_archive_partitioned(text, text, text, integer)
+-- new: pgmq._run_partition_maintenance(text)
 -- new: pgmq._build_fifo_index(text)
+-- new: pgmq._validate_routing_key(text)
+-- new: pgmq._validate_topic_pattern(text)
 -- new: pgmq._set_notify_trigger(text, text, boolean)
 -- new: pgmq._payload_type_untrusted(regtype)
 -- new: pgmq._set_payload_check(text, text)
 -- new: pgmq._make_callback_runner(name)
 
 DROP FUNCTION pgmq._create_queue_for(text, boolean, name);
+
+CREATE OR REPLACE FUNCTION pgmq.format_table_name(queue_name text, prefix text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN lower(prefix || '_' || queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.format_table_name(queue_name text, prefix text) IS 'Name of the table (prefix q or a) that stores a queue.';
+
+CREATE FUNCTION pgmq._format_table_name(queue_name text, prefix text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    RETURN lower(prefix || '_' || queue_name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters';
+    END IF;
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.validate_queue_name(queue_name text) IS 'Raise unless the name is usable for a queue.';
+
+CREATE FUNCTION pgmq._validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters' USING ERRCODE = 'name_too_long';
+    END IF;
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce(pg_catalog.has_table_privilege(
+                    to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
+                false)
+$fn$;
 
 CREATE FUNCTION pgmq._is_trusted(role_name name)
 RETURNS boolean
@@ -178,6 +317,27 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._queue_objects(queue_name text)
+RETURNS TABLE(kind text, object_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_q text := pgmq._format_table_name(queue_name, 'q');
+    v_a text := pgmq._format_table_name(queue_name, 'a');
+BEGIN
+    RETURN QUERY
+    SELECT 'TABLE', c.relname::text FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname IN (v_q, v_a)
+    UNION ALL
+    SELECT 'SEQUENCE', s.relname::text
+    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+    WHERE d.refobjid = to_regclass(format('pgmq.%I', v_q)) AND d.classid = 'pg_catalog.pg_class'::regclass
+      AND d.deptype IN ('a', 'i');
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._create_queue_tables(queue_name text, unlogged boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -216,17 +376,15 @@ BEGIN
     WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
       AND m.queue_name <> _create_queue_for.queue_name;
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-            MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
-            HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
     END IF;
     -- Creating is idempotent, but not silently so when the queue is another role's.
     SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
     v_new := to_regclass(format('pgmq.%I', v_qtable)) IS NULL;
     IF NOT v_new AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name,
-            coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
-                               WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
+        v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                      WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
+        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
         RETURN;  -- not ours to complete
     END IF;
 
@@ -273,8 +431,10 @@ BEGIN
         v_atable);
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
                    v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
-                   v_qtable || '_priority_idx', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || queue_name, v_atable);
 
@@ -326,8 +486,7 @@ BEGIN
     END IF;
     -- Checked before anything is changed; _drop_queue_tables checks again for itself.
     IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
 
     -- pg_partman keeps one part_config row (and a template table) per partitioned table; left
@@ -377,8 +536,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Queues made by releases before upstream 1.6 were extension members; a member table
     -- cannot be dropped until it leaves the extension.
@@ -399,6 +557,175 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._drop_queue_tables(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RAISE WARNING 'drop_queue(queue_name, partitioned) is deprecated and will be removed in PGMQ v2.0. Use drop_queue(queue_name) instead';
+    PERFORM pgmq.drop_queue(queue_name);
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text, partitioned boolean) IS 'Deprecated: use drop_queue(queue_name).';
+
+CREATE OR REPLACE FUNCTION pgmq.detach_archive(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'a');  -- as upstream: the name is checked
+    RAISE WARNING 'detach_archive(queue_name) is deprecated and is a no-op. It will be removed in PGMQ v2.0. Archive tables are no longer member objects.';
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.detach_archive(queue_name text) IS 'Deprecated no-op.';
+
+CREATE OR REPLACE FUNCTION pgmq._delay_to_vt(delay integer)
+RETURNS timestamp with time zone
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN clock_timestamp() + make_interval(secs => delay);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries'] THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$, v_qtable)
+    USING delay, msg, headers;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq._validate_batch_params(msgs jsonb[], headers jsonb[])
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries']) THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
+    -- Deduplicated messages go one by one (each may resolve to an earlier message).
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+        RETURN QUERY
+        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord;
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$WITH ins AS (
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+            FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord
+            RETURNING msg_id
+        )
+        SELECT msg_id FROM ins ORDER BY msg_id$q$,
+        v_qtable)
+    USING delay, msgs, headers;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.read_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read(queue_name, vt, qty, conditional);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer, conditional jsonb) IS 'read, waiting up to max_poll_seconds for a message.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        $q$WITH moved AS (
+            UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+            RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+        )
+        SELECT * FROM moved ORDER BY msg_id$q$,
+        pgmq.format_table_name(queue_name, 'q'))
+    USING msg_ids, vt;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone) IS 'Set the visibility time of messages.';
 
 CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
 RETURNS void
@@ -463,7 +790,389 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
 
+CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq   text;
+    v_count bigint;
+BEGIN
+    SELECT s.dead_letter_queue INTO v_dlq
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+
+    IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT clock_timestamp(), d.message, coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                'time', clock_timestamp())),
+                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+            FROM d ORDER BY d.msg_id$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        USING msg_ids, queue_name, reason, error;
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp()))
+            FROM d$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+    END IF;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text := pgmq._format_table_name(dead_letter_queue, 'q');
+    v_target text;
+    v_left   bigint := max_messages;
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF target_queue IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pgmq.meta m WHERE m.queue_name = redrive.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', target_queue);
+    END IF;
+    -- One pass per destination queue, oldest first within each.
+    FOR v_target IN EXECUTE format(
+            $q$SELECT DISTINCT coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue')
+               FROM pgmq.%I
+               WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') IN
+                     (SELECT m.queue_name FROM pgmq.meta m)$q$, v_dlq)
+            USING target_queue
+    LOOP
+        EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
+        EXECUTE format(
+            $q$WITH picked AS (
+                SELECT msg_id FROM pgmq.%1$I
+                WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') = $2
+                ORDER BY msg_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
+                RETURNING d.msg_id, d.message, d.headers
+            )
+            INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+            SELECT clock_timestamp(), message,
+                   nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
+                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+            FROM moved ORDER BY msg_id$q$,
+            v_dlq, pgmq._format_table_name(v_target, 'q'))
+        USING target_queue, v_target, v_left;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        v_left := v_left - v_count;
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
+
+CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_headers jsonb;
+    v_policy  pgmq.queue_settings;
+    v_limit   integer;
+BEGIN
+    EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
+    INTO v_headers
+    USING msg_id;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
+    v_limit := coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries);
+
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE WHEN $4::text IS NULL THEN headers
+                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, attempts,
+          pgmq._retry_delay(attempts,
+                                    coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                                    v_policy.backoff_factor, v_policy.max_retry_delay),
+          error;
+    IF v_limit IS NOT NULL AND attempts >= 1 + v_limit THEN
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_read_ct integer;
+BEGIN
+    EXECUTE format('SELECT read_ct FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   pgmq._format_table_name(queue_name, 'q'))
+    INTO v_read_ct
+    USING msg_id;
+    IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
+        RETURN false;
+    END IF;
+    -- A lease already counted this delivery in read_ct; a nack of a message nobody read
+    -- still counts as one failed attempt.
+    PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay, or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_max   integer;
+    v_count bigint;
+BEGIN
+    IF vt IS NULL OR vt < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'vt must be a non-negative number of seconds';
+    END IF;
+    IF extra_retries IS NULL OR extra_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'extra_retries cannot be negative';
+    END IF;
+    SELECT s.max_retries INTO v_max FROM pgmq.queue_settings s
+    WHERE s.queue_name = checkpoint.queue_name AND s.retry_policy;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET message = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE
+                   WHEN $4 = 0 OR coalesce((headers->>'x-pgmq-max-retries')::integer, $5) IS NULL THEN headers
+                   ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
+                        coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
+           WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    USING msg_id, msg, vt, extra_retries, v_max;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer) IS 'Replace the payload of an in-flight (leased) message, extend its lease to vt seconds from now and allow extra_retries more deliveries. False when the message is not in flight.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_dedup(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key    text := headers->>'x-pgmq-dedup-id';
+    v_window integer;
+    v_id     bigint;
+    v_claimed boolean;
+BEGIN
+    -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
+    PERFORM FROM pgmq.meta m WHERE m.queue_name = _send_dedup.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    SELECT s.dedup_window INTO v_window FROM pgmq.queue_settings s
+    WHERE s.queue_name = _send_dedup.queue_name;
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = NULL, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING true INTO v_claimed;
+    IF v_claimed IS NULL THEN
+        SELECT k.msg_id INTO v_id FROM pgmq.dedup_keys k
+        WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+        RETURN v_id;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING delay, msg, headers;
+    UPDATE pgmq.dedup_keys k SET msg_id = v_id
+    WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+    RETURN v_id;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.confirm(queue_name text, msg_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET vt = clock_timestamp(), headers = nullif(headers - 'x-pgmq-confirm-by', '{}'::jsonb)
+           WHERE msg_id = ANY($1)
+             AND vt = 'infinity'
+             AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    USING msg_ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.confirm(queue_name text, msg_ids bigint[]) IS 'Confirm reserved messages (send_reserved) so they are delivered; returns how many were still confirmable.';
+
+CREATE OR REPLACE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1)) < clock_timestamp()
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+            pgmq._format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
+
+CREATE OR REPLACE FUNCTION pgmq._ensure_pg_partman_installed()
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pgmq._extension_exists('pg_partman') THEN
+        RAISE EXCEPTION 'pg_partman is required for partitioned queues';
+    END IF;
+    IF coalesce(pgmq._get_pg_partman_major_version(), 0) < 4 THEN
+        RAISE EXCEPTION 'pg_partman % is too old for partitioned queues', pgmq._get_pg_partman_major_version() USING ERRCODE = 'feature_not_supported', HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+    END IF;
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text DEFAULT '10000', retention_interval text DEFAULT '100000', premake integer DEFAULT 4)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._create_partitioned(queue_name, partition_interval, retention_interval, premake);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
+
+CREATE FUNCTION pgmq._create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -483,67 +1192,55 @@ DECLARE
     v_existing   text;
     v_keydef     text;
 BEGIN
+    -- upstream's checks, in upstream's order
     PERFORM pgmq.validate_queue_name(queue_name);
     -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
     -- them: only a trusted role may, so that no untrusted role owns a queue table.
     IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'create_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq',
-            HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'create_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
     END IF;
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
     IF premake IS NULL OR premake < 1 THEN
-        RAISE EXCEPTION 'premake must be at least 1, got %', premake USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
     END IF;
+    -- what pg_partman would refuse, refused before it is called
     IF pg_catalog.strpos(queue_name, '.') > 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
-            MESSAGE = 'partitioned queue names cannot contain "."',
-            HINT = 'pg_partman does not support table names containing periods.';
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
     END IF;
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
     IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'partition_interval cannot be NULL or empty';
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
     END IF;
     IF v_col = 'msg_id' THEN
         IF partition_interval::bigint < 1 THEN
-            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
         END IF;
         IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
-            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END IF;
     ELSE
         BEGIN
             v_interval := partition_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
         END;
         BEGIN
             v_interval := retention_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END;
     END IF;
-
-    PERFORM pgmq.acquire_queue_lock(queue_name);
-    PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
 
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
-    WHERE lower(m.queue_name) = lower(create_partitioned.queue_name)
-      AND m.queue_name <> create_partitioned.queue_name;
+    WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
+      AND m.queue_name <> _create_partitioned.queue_name;
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-            MESSAGE = format('queue "%s" conflicts with existing queue "%s"', queue_name, v_existing),
-            HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
     END IF;
 
     -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
@@ -552,19 +1249,17 @@ BEGIN
     WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
       AND c.relkind <> 'p';
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
-            MESSAGE = format('queue "%s" already exists and is not partitioned', queue_name),
-            HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+        RAISE EXCEPTION 'queue "%" already exists and is not partitioned', queue_name USING HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
     END IF;
     SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
     FROM pg_catalog.pg_class c
     WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
     IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('queue "%s" is already partitioned by %s, not by %s', queue_name, v_keydef, v_col);
+        RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
     END IF;
 
-    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT.
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
+    -- objects are made IF NOT EXISTS (a repeated call prints upstream's NOTICEs), ours quietly.
     EXECUTE format(
         $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
             msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
@@ -581,14 +1276,20 @@ BEGIN
     -- Indexes on the parent are created on every partition, present and future.
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
                    v_qtable || '_part_idx', v_qtable, v_col);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
-                   v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (priority, msg_id)$q$,
-                   v_qtable || '_priority_idx', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_vt_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
     IF v_col <> 'msg_id' THEN
         -- delete/archive/set_vt find messages by msg_id: without a key, index it.
-        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
-                       v_qtable || '_msg_id_idx', v_qtable);
+        IF to_regclass(format('pgmq.%I', v_qtable || '_msg_id_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_qtable || '_msg_id_idx', v_qtable);
+        END IF;
     END IF;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured
@@ -628,8 +1329,10 @@ BEGIN
     EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
                    'archived_at_idx_' || queue_name, v_atable);
     IF v_acol = 'msg_id' THEN
-        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (msg_id)$q$,
-                       v_atable || '_part_idx', v_atable);
+        IF to_regclass(format('pgmq.%I', v_atable || '_part_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_atable || '_part_idx', v_atable);
+        END IF;
     END IF;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
     INTO v_configured
@@ -662,9 +1365,24 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer) IS 'Create a queue partitioned by pg_partman: by msg_id when partition_interval is a number of messages, else by enqueued_at (archive: archived_at). Partitions older than retention_interval are dropped by maintenance (see run_partition_maintenance); premake partitions are kept ready ahead. Idempotent.';
-
 CREATE OR REPLACE FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._convert_archive_partitioned(table_name, partition_interval, retention_interval, leading_partition);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer) IS 'Replace the plain archive of queue table_name by a pg_partman-partitioned one; the old archive is renamed a_<queue>_old and keeps its rows. NOTICE and nothing else when the archive is missing or already partitioned. leading_partition is accepted for compatibility and unused (as upstream).';
+
+CREATE FUNCTION pgmq._convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -685,58 +1403,49 @@ DECLARE
     v_start      text;
     v_grant      record;
 BEGIN
+    PERFORM pgmq.acquire_queue_lock(table_name);
+    -- upstream's NOTICEs, before anything else is checked
+    SELECT c.relkind INTO v_kind
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_atable));
+    IF v_kind = 'p' THEN
+        RAISE NOTICE 'Table %s is already partitioned', v_atable;
+        RETURN;
+    ELSIF v_kind IS NULL THEN
+        RAISE NOTICE 'Table %s does not exists', v_atable;
+        RETURN;
+    END IF;
+    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'convert_archive_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+    END IF;
+    -- what pg_partman would refuse, refused before it is called
+    IF pg_catalog.strpos(table_name, '.') > 0 THEN
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
     v_col := pgmq._get_partition_col(partition_interval);
     v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
     IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'partition_interval cannot be NULL or empty';
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
     END IF;
     IF v_col = 'msg_id' THEN
         IF partition_interval::bigint < 1 THEN
-            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
         END IF;
         IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
-            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END IF;
     ELSE
         BEGIN
             v_interval := partition_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval
-                USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
         END;
         BEGIN
             v_interval := retention_interval::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval
-                USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
         END;
-    END IF;
-
-    PERFORM pgmq.acquire_queue_lock(table_name);
-    SELECT c.relkind INTO v_kind
-    FROM pg_catalog.pg_class c
-    WHERE c.oid = to_regclass(format('pgmq.%I', v_atable));
-    IF v_kind = 'p' THEN
-        RAISE NOTICE 'table pgmq.% is already partitioned', v_atable;
-        RETURN;
-    ELSIF v_kind IS NULL THEN
-        RAISE NOTICE 'table pgmq.% does not exist', v_atable;
-        RETURN;
-    END IF;
-    IF pg_catalog.strpos(table_name, '.') > 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
-            MESSAGE = 'partitioned queue names cannot contain "."',
-            HINT = 'pg_partman does not support table names containing periods.';
-    END IF;
-    -- The new archive belongs to the caller (as with create_partitioned): trusted roles only.
-    IF NOT pgmq._is_trusted(current_user) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'convert_archive_partitioned needs a superuser, the extension''s owner or a role with CREATE on schema pgmq';
     END IF;
     PERFORM pgmq._ensure_pg_partman_installed();
     v_partman := pgmq._get_pg_partman_schema();
@@ -744,9 +1453,14 @@ BEGIN
 
     EXECUTE format('ALTER TABLE pgmq.%I RENAME TO %I', v_atable, v_old);
     -- Free the index names the new table uses (the key index renames its constraint too).
-    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I', v_atable || '_pkey', v_old || '_pkey');
-    EXECUTE format('ALTER INDEX IF EXISTS pgmq.%I RENAME TO %I',
-                   'archived_at_idx_' || table_name, 'archived_at_idx_' || table_name || '_old');
+    -- Looked up first: ALTER INDEX IF EXISTS would print a NOTICE upstream does not print.
+    IF to_regclass(format('pgmq.%I', v_atable || '_pkey')) IS NOT NULL THEN
+        EXECUTE format('ALTER INDEX pgmq.%I RENAME TO %I', v_atable || '_pkey', v_old || '_pkey');
+    END IF;
+    IF to_regclass(format('pgmq.%I', 'archived_at_idx_' || table_name)) IS NOT NULL THEN
+        EXECUTE format('ALTER INDEX pgmq.%I RENAME TO %I',
+                       'archived_at_idx_' || table_name, 'archived_at_idx_' || table_name || '_old');
+    END IF;
 
     EXECUTE format(
         $q$CREATE TABLE pgmq.%I (LIKE pgmq.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS
@@ -818,7 +1532,114 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.convert_archive_partitioned(table_name text, partition_interval text, retention_interval text, leading_partition integer) IS 'Replace the plain archive of queue table_name by a pg_partman-partitioned one; the old archive is renamed a_<queue>_old and keeps its rows. NOTICE and nothing else when the archive is missing or already partitioned. leading_partition is accepted for compatibility and unused (as upstream).';
+CREATE OR REPLACE FUNCTION pgmq.run_partition_maintenance(queue_name text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_search_path pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pgmq._run_partition_maintenance(queue_name);
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) v_search_path THEN
+        PERFORM pg_catalog.set_config('search_path', v_search_path, false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
+
+CREATE FUNCTION pgmq._run_partition_maintenance(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_partman    text;
+    v_queue      text;
+    v_parent     text;
+    v_table      text;
+    v_control    text;
+    v_default    text;
+    v_moved      bigint;
+    v_pending    boolean;
+    v_found      boolean;
+BEGIN
+    IF _run_partition_maintenance.queue_name IS NOT NULL THEN
+        PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = _run_partition_maintenance.queue_name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _run_partition_maintenance.queue_name);
+        END IF;
+        IF NOT pgmq._extension_exists('pg_partman') THEN
+            RAISE EXCEPTION 'pg_partman is required for partitioned queues' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF coalesce(pgmq._get_pg_partman_major_version(), 0) < 4 THEN
+            RAISE EXCEPTION 'pg_partman % is too old for partitioned queues', pgmq._get_pg_partman_major_version() USING ERRCODE = 'feature_not_supported', HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+        END IF;
+    ELSIF NOT pgmq._extension_exists('pg_partman') THEN
+        RETURN;  -- no pg_partman, so no partitioned queue: nothing to do
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+
+    FOR v_queue IN
+        SELECT m.queue_name FROM pgmq.meta m
+        WHERE _run_partition_maintenance.queue_name IS NULL
+           OR m.queue_name = _run_partition_maintenance.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        -- Serialise with drop_queue and create_partitioned of this queue.
+        PERFORM pgmq.acquire_queue_lock(v_queue);
+        v_found := false;
+        FOREACH v_table IN ARRAY ARRAY[pgmq._format_table_name(v_queue, 'q'),
+                                       pgmq._format_table_name(v_queue, 'a')]
+        LOOP
+            v_parent := 'pgmq.' || v_table;
+            v_control := NULL;
+            EXECUTE format('SELECT control FROM %I.part_config WHERE parent_table = $1', v_partman)
+            INTO v_control
+            USING v_parent;
+            CONTINUE WHEN v_control IS NULL OR to_regclass(format('pgmq.%I', v_table)) IS NULL;
+            v_found := true;
+
+            -- Rows in the default partition block the creation of the partitions they belong
+            -- to; move them into real partitions (created as needed) first.
+            SELECT c.relname INTO v_default
+            FROM pg_catalog.pg_inherits i
+            JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = to_regclass(format('pgmq.%I', v_table))
+              AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT';
+            IF FOUND THEN
+                LOOP
+                    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_default) INTO v_pending;
+                    EXIT WHEN NOT v_pending;
+                    -- pg_partman stages the rows in this temporary table, shaped like the first
+                    -- table it served in the transaction: start afresh for each table.
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXECUTE format('SELECT %I.%I(p_parent_table := $1, p_batch_count := $2, p_analyze := false)',
+                                   v_partman,
+                                   CASE WHEN v_control = 'msg_id' THEN 'partition_data_id' ELSE 'partition_data_time' END)
+                    INTO v_moved
+                    USING v_parent, 10;
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXIT WHEN v_moved IS NULL OR v_moved <= 0;
+                END LOOP;
+            END IF;
+
+            EXECUTE format('SELECT %I.run_maintenance(p_parent_table := $1)', v_partman) USING v_parent;
+        END LOOP;
+        IF _run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN
+            RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+                MESSAGE = format('queue "%s" is not partitioned', v_queue);
+        END IF;
+    END LOOP;
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._create_fifo_index_if_not_exists(queue_name text)
 RETURNS void
@@ -843,28 +1664,23 @@ DECLARE
     v_caller name;
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
     v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
-    v_index  regclass := to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx'));
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF v_index IS NOT NULL THEN
-        IF EXISTS (
-            SELECT 1
-            FROM pg_catalog.pg_index i
-            JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-            JOIN pg_catalog.pg_am a ON a.oid = c.relam
-            WHERE i.indrelid = v_rel
-              AND c.relname = v_qtable || '_fifo_idx'
-              AND a.amname = 'btree'
-              AND i.indkey[0] = 0
-              AND i.indisvalid
-        ) THEN
-            RETURN;
-        END IF;
-        RAISE NOTICE 'replacing index % of queue %, which is not the FIFO btree index', v_index, queue_name;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx')) IS NOT NULL
+       AND NOT EXISTS (
+               SELECT 1
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_am a ON a.oid = c.relam
+               WHERE i.indrelid = v_rel
+                 AND c.relname = v_qtable || '_fifo_idx'
+                 AND a.amname = 'btree'
+                 AND i.indkey[0] = 0
+                 AND i.indisvalid
+           ) THEN
         EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
     END IF;
     EXECUTE format(
@@ -909,6 +1725,1178 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue the caller owns (idempotent).';
 
+CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- the index passes do not count groups: count what the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped, waiting up to max_poll_seconds for a message.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped_rr(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_rr, waiting up to max_poll_seconds for a message.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF v_indexed THEN
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                FROM claimed c
+                CROSS JOIN LATERAL (
+                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ORDER BY q.msg_id
+                    LIMIT $4
+                ) m
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+    ELSE
+        RETURN QUERY EXECUTE format(
+            $q$WITH claimed AS (
+                SELECT c.k, c.ord
+                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+            ), member AS (
+                -- the first $4 messages of each claimed group; rn 1 is the head
+                SELECT s.msg_id, s.ord, s.rn, s.visible
+                FROM (
+                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                    FROM pgmq.%1$I q
+                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                ) s
+                WHERE s.rn <= $4
+            ), runnable AS (
+                -- the unbroken run of visible messages from the head
+                SELECT r.msg_id, r.ord, r.rn
+                FROM (
+                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                    FROM member
+                ) r
+                WHERE r.unbroken
+            ), chosen AS (
+                SELECT w.msg_id, w.ord, w.rn, w.pos
+                FROM (
+                    SELECT runnable.*,
+                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                    FROM runnable
+                ) w
+                WHERE w.pos <= $2
+            ), locked AS MATERIALIZED (
+                SELECT q.msg_id
+                FROM pgmq.%1$I q
+                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                  AND q.vt <= $3
+                FOR UPDATE SKIP LOCKED
+            ), kept AS (
+                -- a message whose group has an older message we could not lock stays where it is
+                SELECT k.msg_id, k.pos
+                FROM (
+                    SELECT chosen.msg_id, chosen.pos,
+                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                    FROM chosen
+                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                ) k
+                WHERE k.unbroken
+            ), leased AS (
+                UPDATE pgmq.%1$I q
+                SET vt = $3 + $5,
+                    read_ct = q.read_ct + 1,
+                    last_read_at = $3
+                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            )
+            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+            FROM leased
+            JOIN kept ON kept.msg_id = leased.msg_id
+            ORDER BY kept.pos$q$,
+            v_qtable)
+        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_stop_at timestamptz;
+BEGIN
+    IF max_poll_seconds IS NULL OR max_poll_seconds < 0 THEN
+        RAISE EXCEPTION 'max_poll_seconds must be non-negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF poll_interval_ms IS NULL OR poll_interval_ms <= 0 THEN
+        RAISE EXCEPTION 'poll_interval_ms must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_stop_at := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    LOOP
+        RETURN QUERY SELECT * FROM pgmq.read_grouped_head(queue_name, vt, qty);
+        IF FOUND OR clock_timestamp() >= v_stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(poll_interval_ms / 1000.0,
+                               extract(epoch FROM v_stop_at - clock_timestamp())));
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_head, waiting up to max_poll_seconds for a message.';
+
+CREATE OR REPLACE FUNCTION pgmq.validate_routing_key(routing_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF routing_key IS NULL OR routing_key = '' THEN
+        RAISE EXCEPTION 'routing_key cannot be NULL or empty';
+    END IF;
+    IF length(routing_key) > 255 THEN
+        RAISE EXCEPTION 'routing_key length cannot exceed 255 characters, got % characters', length(routing_key);
+    END IF;
+    IF routing_key !~ '^[a-zA-Z0-9._-]+$' THEN
+        RAISE EXCEPTION 'routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %', routing_key;
+    END IF;
+    IF routing_key ~ '^\.' THEN
+        RAISE EXCEPTION 'routing_key cannot start with a dot. Got: %', routing_key;
+    END IF;
+    IF routing_key ~ '\.$' THEN
+        RAISE EXCEPTION 'routing_key cannot end with a dot. Got: %', routing_key;
+    END IF;
+    IF routing_key ~ '\.\.' THEN
+        RAISE EXCEPTION 'routing_key cannot contain consecutive dots. Got: %', routing_key;
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.validate_routing_key(routing_key text) IS 'Raise unless routing_key is a valid routing key; true otherwise.';
+
+CREATE FUNCTION pgmq._validate_routing_key(routing_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF routing_key IS NULL OR routing_key = '' THEN
+        RAISE EXCEPTION 'routing_key cannot be NULL or empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(routing_key) > 255 THEN
+        RAISE EXCEPTION 'routing_key length cannot exceed 255 characters, got % characters', length(routing_key) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key !~ '^[a-zA-Z0-9._-]+$' THEN
+        RAISE EXCEPTION 'routing_key contains invalid characters. Only alphanumeric, dots, hyphens, and underscores are allowed. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '^\.' THEN
+        RAISE EXCEPTION 'routing_key cannot start with a dot. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '\.$' THEN
+        RAISE EXCEPTION 'routing_key cannot end with a dot. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF routing_key ~ '\.\.' THEN
+        RAISE EXCEPTION 'routing_key cannot contain consecutive dots. Got: %', routing_key USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.validate_topic_pattern(pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION 'pattern cannot be NULL or empty';
+    END IF;
+    IF length(pattern) > 255 THEN
+        RAISE EXCEPTION 'pattern length cannot exceed 255 characters, got % characters', length(pattern);
+    END IF;
+    IF pattern !~ '^[a-zA-Z0-9._\-*#]+$' THEN
+        RAISE EXCEPTION 'pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %', pattern;
+    END IF;
+    IF pattern ~ '^\.' THEN
+        RAISE EXCEPTION 'pattern cannot start with a dot. Got: %', pattern;
+    END IF;
+    IF pattern ~ '\.$' THEN
+        RAISE EXCEPTION 'pattern cannot end with a dot. Got: %', pattern;
+    END IF;
+    IF pattern ~ '\.\.' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive dots. Got: %', pattern;
+    END IF;
+    IF pattern ~ '\*\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %', pattern;
+    END IF;
+    IF pattern ~ '##' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %', pattern;
+    END IF;
+    IF pattern ~ '\*#' OR pattern ~ '#\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %', pattern;
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.validate_topic_pattern(pattern text) IS 'Raise unless pattern is a valid topic pattern; true otherwise.';
+
+CREATE FUNCTION pgmq._validate_topic_pattern(pattern text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION 'pattern cannot be NULL or empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(pattern) > 255 THEN
+        RAISE EXCEPTION 'pattern length cannot exceed 255 characters, got % characters', length(pattern) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern !~ '^[a-zA-Z0-9._\-*#]+$' THEN
+        RAISE EXCEPTION 'pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '^\.' THEN
+        RAISE EXCEPTION 'pattern cannot start with a dot. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\.$' THEN
+        RAISE EXCEPTION 'pattern cannot end with a dot. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\.\.' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive dots. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\*\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive stars (**). Use # for multi-segment matching. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '##' THEN
+        RAISE EXCEPTION 'pattern cannot contain consecutive hashes (##). A single # already matches zero or more segments. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pattern ~ '\*#' OR pattern ~ '#\*' THEN
+        RAISE EXCEPTION 'pattern cannot contain adjacent wildcards (*# or #*). Separate wildcards with dots. Got: %', pattern USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._exchange_for_publish(exchange_name text, routing_key text)
+RETURNS pgmq.exchanges
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _exchange_for_publish.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _exchange_for_publish.exchange_name);
+    END IF;
+    IF NOT pgmq._may_publish(exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for exchange "%s"', exchange_name),
+            HINT = 'The exchange owner or a superuser can allow it with grant_publish_access.';
+    END IF;
+    IF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_routing_key(routing_key);
+    ELSIF v_ex.exchange_type = 'direct' AND routing_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a direct exchange needs a routing key (exchange "%s")', exchange_name);
+    END IF;
+    RETURN v_ex;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._bind(exchange_name text, queue_name text, binding_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _bind.exchange_name);
+    END IF;
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.exchange_bindings (exchange_name, queue_name, binding_key, arguments)
+    VALUES (exchange_name, queue_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT exchange_bindings_unique DO NOTHING;
+    RETURN FOUND;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.bind_topic(pattern text, queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.validate_topic_pattern(pattern);
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    PERFORM pgmq._bind('pgmq.topic', queue_name, pattern);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_topic(pattern text, queue_name text) IS 'Route routing keys matching pattern to a queue (idempotent).';
+
+CREATE OR REPLACE FUNCTION pgmq.unbind_topic(pattern text, queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pattern IS NULL OR pattern = '' THEN
+        RAISE EXCEPTION 'pattern cannot be NULL or empty';
+    END IF;
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
+    END IF;
+    RETURN pgmq._unbind('pgmq.topic', queue_name, pattern) > 0;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.unbind_topic(pattern text, queue_name text) IS 'Remove a topic binding; true if it existed.';
+
+CREATE OR REPLACE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_queue IN SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q) LOOP
+        RETURN QUERY SELECT v_queue, s.id FROM pgmq.send(v_queue, msg, headers, delay) AS s(id);
+    END LOOP;
+    IF v_queue IS NULL THEN
+        PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible at the given time. Returns one row per queue reached.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+    v_vt    timestamp with time zone;
+    v_count integer := 0;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL';
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative, got: %', delay;
+    END IF;
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    v_vt := pgmq._delay_to_vt(delay);
+    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, headers) AS r(q) LOOP
+        PERFORM pgmq.send(v_queue, msg, headers, v_vt);
+        v_count := v_count + 1;
+    END LOOP;
+    IF v_count = 0 AND v_ex.on_unroutable = 'error' THEN
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Send a message to every queue bound to a matching pattern; returns the number of queues.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    PERFORM pgmq._validate_batch_params(msgs, headers);
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, NULL) AS r(q)
+    LOOP
+        RETURN QUERY SELECT v_queue, s.msg_id
+                     FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
+    END LOOP;
+    IF v_queue IS NULL AND v_ex.on_unroutable = 'error' THEN  -- no NOTICE, as send_topic
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send a batch to every queue bound to a matching pattern.';
+
 CREATE FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -922,8 +2910,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
     IF kind = 'insert' AND enable THEN
@@ -963,15 +2950,14 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('throttle_interval_ms must be non-negative, got: %s', coalesce(throttle_interval_ms::text, 'NULL'));
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
     END IF;
     -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
        OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('Queue "%s" does not exist. Create it first using pgmq.create()', queue_name);
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
     END IF;
 
     PERFORM pgmq.disable_notify_insert(queue_name);
@@ -1002,6 +2988,32 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.disable_notify_insert(queue_name text) IS 'Stop insert notifications for a queue.';
 
+CREATE OR REPLACE FUNCTION pgmq.update_notify_insert(queue_name text, throttle_interval_ms integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative, got: %', throttle_interval_ms;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = update_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    UPDATE pgmq.notify_insert_throttle t
+    SET throttle_interval_ms = update_notify_insert.throttle_interval_ms,
+        last_notified_at = to_timestamp(0)
+    WHERE t.queue_name = update_notify_insert.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'Queue "%" does not have notify_insert enabled. Enable it first using pgmq.enable_notify_insert()', queue_name;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.update_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Change the throttle of a queue''s insert notifications.';
+
 CREATE OR REPLACE FUNCTION pgmq.enable_notify_msg_id(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -1009,7 +3021,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
 BEGIN
     -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
@@ -1032,6 +3044,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- our flavour of the name checks
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_notify_trigger(queue_name, 'msg_id', false);
 END;
@@ -1102,8 +3115,7 @@ DECLARE
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF type_name IS NOT NULL THEN
         v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
@@ -1135,7 +3147,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_kind   "char";
     v_old    text;
     v_new    text;
@@ -1215,6 +3227,22 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
 
+CREATE OR REPLACE FUNCTION pgmq.create(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- our SQLSTATEs, not create()'s
+    PERFORM pgmq._validate_queue_name(queue_name);
+    PERFORM pgmq.create(queue_name);
+    PERFORM pgmq.set_payload_type(queue_name, payload_type);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create(queue_name text, payload_type regtype) IS 'Create a queue whose payload type is fixed (see set_payload_type); idempotent for the same type.';
+
 CREATE OR REPLACE FUNCTION pgmq.read_payload(queue_name text, vt integer, qty integer, payload_type anyelement)
 RETURNS TABLE(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, visible_at timestamp with time zone, payload anyelement, headers jsonb)
 LANGUAGE plpgsql
@@ -1274,6 +3302,148 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.pop_payload(queue_name text, qty integer, payload_type anyelement) IS 'pgmq.pop returning the payload as the queue''s type (pass a typed NULL of it).';
+
+CREATE OR REPLACE PROCEDURE pgmq.create_queue(queue_name name, queue_type character DEFAULT 'N'::bpchar, queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, queue_retry_delay integer DEFAULT 30)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name !~ '^[A-Za-z0-9_]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = format('invalid queue name "%s": use letters, digits and underscores', queue_name);
+    END IF;
+    IF queue_type IS NULL OR queue_type NOT IN ('N', 'D') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue_type must be ''N'' (normal) or ''D'' (dead letter), got %s', coalesce(queue_type::text, 'NULL'));
+    END IF;
+    PERFORM pgmq._validate_queue_name(queue_name::text);  -- our SQLSTATEs, not create()'s
+    PERFORM pgmq.create(queue_name::text);
+    PERFORM pgmq.set_retry_policy(queue_name::text, queue_retries, coalesce(queue_retry_delay, 0),
+                                          1, NULL, queue_dlq::text);
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.create_queue(queue_name name, queue_type character, queue_dlq name, queue_retries integer, queue_retry_delay integer) IS 'pgpro_queue compatibility: create a queue with a retry policy (and a dead-letter queue).';
+
+CREATE OR REPLACE PROCEDURE pgmq.drop_queue(queue_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name::text, 'q');  -- our SQLSTATEs, not drop_queue()'s
+    IF NOT pgmq.drop_queue(queue_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.drop_queue(queue_name name) IS 'pgpro_queue compatibility: drop a queue (bindings and callback go with it).';
+
+CREATE OR REPLACE FUNCTION pgmq.get_queue_table(queue_name name)
+RETURNS oid
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_oid oid := to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name::text, 'q')));
+BEGIN
+    IF v_oid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    RETURN v_oid;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compatibility: OID of the table that stores the queue''s messages.';
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_done   bigint[] := '{}';
+    v_row    record;
+    v_limit  integer;
+    v_result pgmq.message_record;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.payload_type <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    LOOP
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      xmax::text::bigint AS xmax32,
+                      enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                          < clock_timestamp() AS expired
+               FROM pgmq.%I
+               WHERE vt <= clock_timestamp()
+                 AND ($1::bigint IS NULL OR msg_id = $1)
+                 AND msg_id <> ALL ($2)
+                 AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                          'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                 AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                 AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
+                 AND NOT (read_ct > 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress')
+               ORDER BY priority, msg_id
+               LIMIT 1
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds;
+        IF v_row.msg_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_done := v_done || v_row.msg_id;
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.xmax32 <> 0
+           AND (v_policy.retry_policy OR v_row.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'])
+           AND pgmq._xid_status(v_row.xmax32) = 'aborted' THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + 1, 'rollback');
+            CONTINUE;
+        END IF;
+        v_limit := coalesce((v_row.headers->>'x-pgmq-max-retries')::integer,
+                            CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END);
+        IF v_limit IS NOT NULL AND v_row.read_ct >= 1 + v_limit THEN  -- used up by expired leases
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
+BEGIN
+    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id, kinds);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
+    USING v_msg.msg_id;
+    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
+    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+            v_msg.message, v_msg.headers)::pgmq.message_record;
+END;
+$fn$;
 
 CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
 LANGUAGE plpgsql
@@ -1446,7 +3616,7 @@ BEGIN
     END;
     -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
     -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq.format_table_name(queue_name, 'q'))
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
     USING v_msg.msg_id;
     RETURN 'done';
 END;
@@ -1466,13 +3636,12 @@ DECLARE
     v_role   oid;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text)
-       OR to_regclass(format('pgmq.%I', pgmq.format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
+       OR to_regclass(format('pgmq.%I', pgmq._format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
     END IF;
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of queue "%s"', queue_name::text);
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';
     END IF;
     SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
     IF role_name IS NULL THEN

@@ -39,6 +39,9 @@ class Function:
     security_definer: bool = False
     definer_reason: str = ""
     upstream: bool = True  # part of upstream PGMQ 1.13's surface
+    # An internal routine only upstream functions call (their work, moved out of them): like an
+    # upstream function, it raises only what pgmq_build/errors.py declares (lint PGMQ011).
+    upstream_path: bool = False
     # Why this routine does not pin search_path ("" = it does). A procedure that COMMITs cannot
     # (PostgreSQL forbids SET there), and a name given by the caller may need the caller's
     # search_path. Such a routine qualifies every name and operator itself.
@@ -46,6 +49,11 @@ class Function:
     commits: bool = False  # a procedure that controls transactions (needs unpinned_reason)
     # GUCs pinned besides search_path, as pg_proc.proconfig prints them ("name=value")
     settings: tuple[str, ...] = ()
+
+    @property
+    def upstream_errors(self) -> bool:
+        """Whether lint PGMQ011 holds this routine to upstream's declared errors."""
+        return self.upstream or self.upstream_path
 
     @property
     def kind(self) -> str:
@@ -203,6 +211,9 @@ CORE = Feature(
         _f("_belongs_to_pgmq", "table_name text", "boolean"),
         _f("format_table_name", "queue_name text, prefix text", "text"),
         _f("validate_queue_name", "queue_name text", "void"),
+        # our functions' flavour of the two checks above (specific SQLSTATEs, pgmq_build/errors.py)
+        _f("_format_table_name", "queue_name text, prefix text", "text", upstream=False),
+        _f("_validate_queue_name", "queue_name text", "void", upstream=False),
         _f("acquire_queue_lock", "queue_name text", "void"),
         # ownership (templates/_macros/ownership.sql.j2)
         _f("_is_trusted", "role_name name", "boolean", upstream=False),
@@ -216,8 +227,9 @@ CORE = Feature(
         _f("create_non_partitioned", "queue_name text", "void"),
         _f("create_unlogged", "queue_name text", "void"),
         _f("create", "queue_name text", "void"),
-        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False),
-        _f("_create_queue_for", "queue_name text, unlogged boolean", "void", upstream=False,
+        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False,
+           upstream_path=True),
+        _f("_create_queue_for", "queue_name text, unlogged boolean", "void", upstream=False, upstream_path=True,
            security_definer=True,
            definer_reason="queue tables belong to the extension's owner, so that no queue owner can attach "
            "code to them; it makes a validated queue for the caller proven by _prove_caller, who becomes "
@@ -245,7 +257,7 @@ CORE = Feature(
         _f("send_batch", "queue_name text, msgs jsonb[], delay integer", "SETOF bigint"),
         _f("send_batch", f"queue_name text, msgs jsonb[], delay {TS}", "SETOF bigint"),
         _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[], delay integer", "SETOF bigint"),
-        _f("_delay_to_vt", "delay integer", TS, upstream=False),
+        _f("_delay_to_vt", "delay integer", TS, upstream=False, upstream_path=True),
         # reading
         _f("read", "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb", MSGS),
         _f(
@@ -272,6 +284,8 @@ CORE = Feature(
 )
 
 POLL = "max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100"
+KEEPS_SEARCH_PATH = ("pg_partman sets search_path at session level; this outer function puts the caller's "
+                     "value back after its pinned inner function returns")
 PART_DEFAULTS = "partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text"
 
 PARTITIONED = Feature(
@@ -284,10 +298,20 @@ PARTITIONED = Feature(
         _f("_get_pg_partman_major_version", "", "integer"),
         _f("_ensure_pg_partman_installed", "", "void"),
         _f("_get_partition_col", "partition_interval text", "text"),
-        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void"),
+        # Each routine calling pg_partman is an unpinned outer function that keeps the caller's
+        # search_path and a pinned inner one doing the work (create_partitioned.sql.j2).
+        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void",
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_create_partitioned", "queue_name text, partition_interval text, retention_interval text, "
+           "premake integer", "void", upstream=False, upstream_path=True),
         _f("convert_archive_partitioned",
-           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void"),
-        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False),
+           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void",
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_convert_archive_partitioned", "table_name text, partition_interval text, "
+           "retention_interval text, leading_partition integer", "void", upstream=False, upstream_path=True),
+        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False,
+           unpinned_reason=KEEPS_SEARCH_PATH),
+        _f("_run_partition_maintenance", "queue_name text", "void", upstream=False),
     ),
 )
 
@@ -329,6 +353,8 @@ ROUTING = Feature(
     functions=(
         _f("validate_routing_key", "routing_key text", "boolean"),
         _f("validate_topic_pattern", "pattern text", "boolean"),
+        _f("_validate_routing_key", "routing_key text", "boolean", upstream=False),
+        _f("_validate_topic_pattern", "pattern text", "boolean", upstream=False),
         _f("_topic_regex", "pattern text", "text", upstream=False),
         # the engine
         _f("_headers_match", "arguments jsonb, headers jsonb", "boolean", upstream=False),

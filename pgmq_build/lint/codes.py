@@ -83,4 +83,15 @@ CODES: dict[str, str] = {
         "accident: STABLE and IMMUTABLE let the planner cache and inline calls, and a wrong "
         "IMMUTABLE gives stale results. Procedures have no volatility and are exempt."
     ),
+    "PGMQ011": (
+        "The body of every upstream function (manifest upstream=True, or upstream_path=True for "
+        "the internal routine doing an upstream function's work) raises only errors, warnings "
+        "and notices declared in pgmq_build/errors.py, each with the condition declared for it: "
+        "upstream's own texts with P0001 (a plain RAISE EXCEPTION, as upstream), PostgreSQL's "
+        "errors we raise ahead of the statement that would, P0001 stand-ins where upstream fails "
+        "inside pg_partman, and our deliberate refusals with their specific SQLSTATEs. Clients "
+        "of upstream PGMQ catch P0001 (psycopg's RaiseException) and match upstream's texts, "
+        "so an improvised RAISE in one of these functions would break them; templates render "
+        "the declared statements with raise_error(key, args...)."
+    ),
 }

@@ -6,6 +6,7 @@ take a parsed :class:`~.script.Script` and yield :class:`~.script.Problem` items
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ from pglast import ast, parse_sql, visitors
 from pglast.enums import ObjectType, RoleSpecType, VariableSetKind
 from pglast.parser import ParseError
 
+from .. import errors
 from . import sqlast
 from .script import Problem, Script, Statement, error_offset, problem, strip_guard
 
@@ -326,6 +328,53 @@ def pgmq010_volatility(script: Script) -> Iterator[Problem]:
             yield problem("PGMQ010", r, "volatility not declared (IMMUTABLE, STABLE or VOLATILE)")
 
 
+# ----------------------------------------------------------------------------- PGMQ011
+
+# elog levels in parse_plpgsql()'s JSON (PostgreSQL's elog.h)
+ELOG_LEVELS = {14: "DEBUG", 15: "LOG", 17: "INFO", 18: "NOTICE", 19: "WARNING", 21: "EXCEPTION"}
+RAISE_ERRCODE = 0  # PLPGSQL_RAISEOPTION_ERRCODE
+
+
+def _errcode(raise_stmt: dict) -> str | None:
+    """The ERRCODE option of a RAISE (a constant), else None."""
+    for option in raise_stmt.get("options") or ():
+        opt = option["PLpgSQL_raise_option"]
+        if opt.get("opt_type", 0) == RAISE_ERRCODE:
+            query = opt["expr"]["PLpgSQL_expr"]["query"].strip()
+            return query[1:-1] if query.startswith("'") and query.endswith("'") else query
+    return None
+
+
+def _raise_problem(raise_stmt: dict, schema: str) -> str | None:
+    level = ELOG_LEVELS.get(raise_stmt.get("elog_level"), str(raise_stmt.get("elog_level")))
+    message = raise_stmt.get("message")
+    if message is None:
+        if level == "EXCEPTION" and not raise_stmt.get("options") and "condname" not in raise_stmt:
+            return None  # RAISE; re-raises the error being handled
+        return f"RAISE {level} without a declared message (use raise_error() in the template)"
+    # bodies are parsed with "<schema>." read as "public." (see script.py): texts too
+    allowed = errors.allowed(level, message, lambda text: re.sub(rf"\b{re.escape(schema)}\.", "public.", text))
+    if not allowed:
+        return f"RAISE {level} {message!r} is not declared in pgmq_build/errors.py"
+    condition = _errcode(raise_stmt) or raise_stmt.get("condname") or "raise_exception"
+    if level == "EXCEPTION" and condition not in allowed:
+        return f"raises {message!r} with {condition}, declared with {' / '.join(sorted(allowed))}"
+    return None
+
+
+def pgmq011_upstream_errors(script: Script) -> Iterator[Problem]:
+    """Upstream functions (and their internal work) raise only declared messages and classes."""
+    for r in script.routines:
+        fn = script.declared.get(r.key) if r.qualified else None
+        if fn is None or not fn.upstream_errors or r.plpgsql is None:
+            continue
+        for node in sqlast.walk(r.plpgsql):
+            if "PLpgSQL_stmt_raise" in node:
+                message = _raise_problem(node["PLpgSQL_stmt_raise"], script.manifest.schema)
+                if message:
+                    yield problem("PGMQ011", r, message)
+
+
 RULES = (
     pgmq002_declared,
     pgmq003_search_path_and_security,
@@ -336,4 +385,5 @@ RULES = (
     pgmq008_config_dump,
     pgmq009_no_transactions_ascii,
     pgmq010_volatility,
+    pgmq011_upstream_errors,
 )

@@ -160,9 +160,9 @@ def test_bad_input(fifo, reader):
     send(fifo, "A1")
     with raises_sql("42P01", 'relation "pgmq.q_nope" does not exist'):
         fifo.execute(f"SELECT * FROM pgmq.{reader}('nope', 30, 1)")
-    with raises_sql("42602"):
+    with raises_sql("P0001", "queue name contains invalid characters: $, ;, --, or \\'"):
         fifo.execute(f"SELECT * FROM pgmq.{reader}('jobs; --', 30, 1)")
-    with raises_sql("2201W", "qty must not be negative"):
+    with raises_sql("2201W", "LIMIT must not be negative"):  # PostgreSQL's error, as upstream's LIMIT
         fifo.execute(f"SELECT * FROM pgmq.{reader}('jobs', 30, -1)")
     with raises_sql("22004", "qty cannot be NULL"):
         fifo.execute(f"SELECT * FROM pgmq.{reader}('jobs', 30, NULL)")
@@ -317,7 +317,7 @@ def test_create_fifo_index_replaces_upstreams_gin_index(conn, queue):
     conn.execute("SELECT pgmq.create_fifo_index('jobs')")
     [(_, definition)] = fifo_index(conn)
     assert "USING btree" in definition
-    assert any("replacing index" in msg for _, msg in seen)
+    assert seen == []  # replaced quietly: upstream's create_fifo_index prints nothing of the kind
 
 
 def test_the_grouped_readers_use_the_fifo_index(conn, queue):
@@ -351,7 +351,7 @@ def test_partitioned_queue(conn):
     conn.execute("SELECT pgmq.create_fifo_index('jobs')")
     seen = notices(conn)
     conn.execute("SELECT pgmq.create_fifo_index('jobs')")
-    assert seen == []
+    assert seen == [("NOTICE", 'relation "q_jobs_fifo_idx" already exists, skipping')]  # upstream's
     assert scalar(conn, "SELECT indisvalid FROM pg_index WHERE indexrelid = 'pgmq.q_jobs_fifo_idx'::regclass")
     assert read(conn, "read_grouped_head", vt=0) == ["A1", "B1", "C1"]
     assert read(conn, "read_grouped", qty=5) == ["A1", "A2", "A3", "A4", "B1"]

@@ -57,23 +57,39 @@ def test_unusual_names_work_end_to_end(conn, name):
 
 
 def test_name_too_long(conn):
-    with raises_sql("42622", "queue name is too long, maximum length is 47 characters"):
+    # upstream's error (P0001, its text) from upstream's function; ours from our own functions
+    with raises_sql("P0001", "queue name is too long, maximum length is 47 characters"):
         conn.execute("SELECT pgmq.create(%s)", ("x" * 48,))
+    with raises_sql("42622", "queue name is too long, maximum length is 47 characters"):
+        conn.execute("CALL pgmq.create_queue(%s)", ("x" * 48,))
+    assert scalar(conn, "SELECT count(*) FROM pgmq.meta") == 0
+
+
+def test_multibyte_name_too_long_in_bytes(conn):
+    """47 characters fit upstream's limit but not the 63-byte identifiers: our refusal (42622)."""
+    with raises_sql("42622", "queue name is too long, maximum length is 47 bytes"):
+        conn.execute("SELECT pgmq.create(%s)", ("\u00e9" * 24,))
     assert scalar(conn, "SELECT count(*) FROM pgmq.meta") == 0
 
 
 @pytest.mark.parametrize("name", ["a$b", "a;b", "a--b", "a'b", "x'; DROP TABLE pgmq.meta; --"])
 def test_injection_characters_rejected(conn, name):
-    with raises_sql("42602", "queue name contains invalid characters: $, ;, --, or '"):
+    # upstream's text ends in a backslash and a quote
+    with raises_sql("P0001", "queue name contains invalid characters: $, ;, --, or \\'"):
         conn.execute("SELECT pgmq.create(%s)", (name,))
-    with raises_sql("42602"):
+    with raises_sql("P0001", "queue name contains invalid characters: $, ;, --, or \\'"):
         conn.execute("SELECT pgmq.send(%s, '{}')", (name,))
+    with raises_sql("42602", "queue name contains invalid characters: $, ;, --, or \\'"):
+        conn.execute("SELECT pgmq.enable_notify_msg_id(%s)", (name,))  # ours
     assert scalar(conn, "SELECT count(*) FROM pgmq.meta") == 0
 
 
-@pytest.mark.parametrize("name,state", [(None, "22004"), ("", "42602")])
-def test_null_and_empty_names_rejected(conn, name, state):
-    with raises_sql(state):
+@pytest.mark.parametrize("name,state,message", [
+    (None, "22004", "null values cannot be formatted as an SQL identifier"),  # upstream's error
+    ("", "42602", "queue name cannot be NULL or empty"),                      # our refusal
+])
+def test_null_and_empty_names_rejected(conn, name, state, message):
+    with raises_sql(state, message):
         conn.execute("SELECT pgmq.create(%s::text)", (name,))
     assert scalar(conn, "SELECT count(*) FROM pgmq.meta") == 0
 
@@ -89,8 +105,10 @@ def test_format_table_name_and_validate(conn):
     assert scalar(conn, "SELECT pgmq.format_table_name('MyQueue', 'q')") == "q_myqueue"
     assert scalar(conn, "SELECT pgmq.format_table_name(queue_name => 'X', prefix => 'a')") == "a_x"
     conn.execute("SELECT pgmq.validate_queue_name(%s)", ("y" * 47,))
-    with raises_sql("42622"):
+    with raises_sql("P0001", "queue name is too long, maximum length is 47 characters"):
         conn.execute("SELECT pgmq.validate_queue_name(%s)", ("y" * 48,))
+    with raises_sql("42622", "queue name is too long, maximum length is 47 characters"):
+        conn.execute("SELECT pgmq._validate_queue_name(%s)", ("y" * 48,))
 
 
 def test_drop_queue(conn):

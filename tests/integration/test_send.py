@@ -55,12 +55,17 @@ def test_send_uses_clock_timestamp_so_same_transaction_sees_it(connect):
 
 
 def test_negative_or_null_delay_rejected_and_nothing_sent(conn, queue):
+    # a negative delay: our refusal (upstream makes the message visible at once)
     with raises_sql("22023", "delay cannot be negative"):
         conn.execute("SELECT pgmq.send('jobs', '{}', -1)")
     with raises_sql("22023", "delay cannot be negative"):
         conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}'::jsonb], -5)")
-    with raises_sql("22004", "delay cannot be NULL"):
+    # a NULL delay fails as upstream's does: the NULL vt on the table's NOT NULL
+    vt_null = 'null value in column "vt" of relation "q_jobs" violates not-null constraint'
+    with raises_sql("23502", vt_null):
         conn.execute("SELECT pgmq.send('jobs', '{}', NULL::integer)")
+    with raises_sql("23502", vt_null):
+        conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}'::jsonb], NULL::integer)")
     assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0
 
 
@@ -90,13 +95,13 @@ def test_send_batch_overloads(conn, queue, call, params, with_headers, delayed):
 
 
 def test_send_batch_validation(conn, queue):
-    with raises_sql("22023", "msgs cannot be NULL or empty"):
+    with raises_sql("P0001", "msgs cannot be NULL or empty"):
         conn.execute("SELECT pgmq.send_batch('jobs', ARRAY[]::jsonb[])")
-    with raises_sql("22023", "msgs cannot be NULL or empty"):
+    with raises_sql("P0001", "msgs cannot be NULL or empty"):
         conn.execute("SELECT pgmq.send_batch('jobs', NULL::jsonb[])")
-    with raises_sql("22023", "headers array length (1) must match msgs array length (2)"):
+    with raises_sql("P0001", "headers array length (1) must match msgs array length (2)"):
         conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}','{}']::jsonb[], ARRAY['{}']::jsonb[])")
-    with raises_sql("22023", "headers array length (0) must match msgs array length (1)"):
+    with raises_sql("P0001", "headers array length (0) must match msgs array length (1)"):
         conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}']::jsonb[], ARRAY[]::jsonb[])")
     assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0
 

@@ -38,8 +38,11 @@ def test_valid_routing_keys(conn, key):
     ("logs..error", "routing_key cannot contain consecutive dots. Got: logs..error"),
 ])
 def test_invalid_routing_keys(conn, key, message):
-    with raises_sql("22023", message):
+    # upstream's function: P0001 and upstream's text; our twin (exchanges): 22023, same text
+    with raises_sql("P0001", message):
         conn.execute("SELECT pgmq.validate_routing_key(%s)", (key,))
+    with raises_sql("22023", message):
+        conn.execute("SELECT pgmq._validate_routing_key(%s)", (key,))
 
 
 @pytest.mark.parametrize("pattern,message", [
@@ -52,14 +55,16 @@ def test_invalid_routing_keys(conn, key, message):
     ("logs$", "pattern contains invalid characters. Only alphanumeric, dots, hyphens, underscores, *, and # are allowed. Got: logs$"),
 ])
 def test_invalid_patterns(conn, pattern, message):
-    with raises_sql("22023", message):
+    with raises_sql("P0001", message):
         conn.execute("SELECT pgmq.validate_topic_pattern(%s)", (pattern,))
+    with raises_sql("22023", message):
+        conn.execute("SELECT pgmq._validate_topic_pattern(%s)", (pattern,))
 
 
 def test_null_key_and_pattern(conn):
-    with raises_sql("22023", "routing_key cannot be NULL or empty"):
+    with raises_sql("P0001", "routing_key cannot be NULL or empty"):
         conn.execute("SELECT pgmq.validate_routing_key(NULL)")
-    with raises_sql("22023", "pattern cannot be NULL or empty"):
+    with raises_sql("P0001", "pattern cannot be NULL or empty"):
         conn.execute("SELECT pgmq.validate_topic_pattern(NULL)")
 
 
@@ -85,11 +90,11 @@ def test_bind_is_idempotent_and_listed(routed):
 
 
 def test_bind_errors(conn):
-    with raises_sql("42P01", 'Queue "nope" does not exist. Create the queue first using pgmq.create()'):
+    with raises_sql("P0001", 'Queue "nope" does not exist. Create the queue first using pgmq.create()'):
         conn.execute("SELECT pgmq.bind_topic('a.b', 'nope')")
-    with raises_sql("22023", "queue_name cannot be NULL or empty"):
+    with raises_sql("P0001", "queue_name cannot be NULL or empty"):
         conn.execute("SELECT pgmq.bind_topic('a.b', '')")
-    with raises_sql("22023"):
+    with raises_sql("P0001", "pattern cannot contain consecutive dots. Got: a..b"):
         conn.execute("SELECT pgmq.bind_topic('a..b', 'x')")
     assert scalar(conn, "SELECT count(*) FROM pgmq.topic_bindings") == 0
 
@@ -97,7 +102,7 @@ def test_bind_errors(conn):
 def test_unbind(routed):
     assert scalar(routed, "SELECT pgmq.unbind_topic('logs.error', 'errors')") is True
     assert scalar(routed, "SELECT pgmq.unbind_topic('logs.error', 'errors')") is False
-    with raises_sql("22023", "pattern cannot be NULL or empty"):
+    with raises_sql("P0001", "pattern cannot be NULL or empty"):
         routed.execute("SELECT pgmq.unbind_topic('', 'errors')")
 
 
@@ -127,11 +132,11 @@ def test_send_topic_overloads(routed):
 
 
 def test_send_topic_errors_change_nothing(routed):
-    with raises_sql("22004", "msg cannot be NULL"):
+    with raises_sql("P0001", "msg cannot be NULL"):
         routed.execute("SELECT pgmq.send_topic('logs.error', NULL::jsonb)")
-    with raises_sql("22023", "delay cannot be negative, got: -1"):
+    with raises_sql("P0001", "delay cannot be negative, got: -1"):
         routed.execute("SELECT pgmq.send_topic('logs.error', '{}', -1)")
-    with raises_sql("22023"):
+    with raises_sql("P0001", "routing_key cannot contain consecutive dots. Got: logs..error"):
         routed.execute("SELECT pgmq.send_topic('logs..error', '{}')")
     assert counts(routed) == {"errors": 0, "all_logs": 0, "audit": 0}
 
@@ -162,9 +167,9 @@ def test_send_batch_topic_overloads(routed, call, params):
 
 
 def test_send_batch_topic_validation(routed):
-    with raises_sql("22023", "msgs cannot be NULL or empty"):
+    with raises_sql("P0001", "msgs cannot be NULL or empty"):
         routed.execute("SELECT * FROM pgmq.send_batch_topic('logs.error', ARRAY[]::jsonb[])")
-    with raises_sql("22023", "headers array length (1) must match msgs array length (2)"):
+    with raises_sql("P0001", "headers array length (1) must match msgs array length (2)"):
         routed.execute("SELECT * FROM pgmq.send_batch_topic('logs.error', ARRAY['{}','{}']::jsonb[], "
                        "ARRAY['{}']::jsonb[])")
     assert routed.execute("SELECT * FROM pgmq.send_batch_topic('no.match', ARRAY['{}']::jsonb[])").fetchall() == []

@@ -31,7 +31,7 @@ M = Manifest(
             functions=(
                 Function("f", "queue_name text, ids bigint[]", "SETOF pgmq.message_record"),
                 Function("d", "", "void", security_definer=True, definer_reason="reads the catalog"),
-                Function("p", "n integer DEFAULT 1", None),
+                Function("p", "n integer DEFAULT 1", None, upstream=False),
             ),
         ),
     ),
@@ -210,6 +210,28 @@ CASES = [
     # PGMQ010 volatility is explicit (procedures have none)
     ok("PGMQ010", script()),
     bad("PGMQ010", opts(PINNED), name="missing"),
+    # PGMQ011 upstream functions (f is one) raise declared messages with declared classes only
+    ok("PGMQ011", pl("RAISE EXCEPTION 'msgs cannot be NULL or empty';"), name="upstream-text"),
+    ok("PGMQ011", pl(r"RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';"),
+       name="backslash-quirk"),
+    ok("PGMQ011", pl("""RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', """
+                     "queue_name;"), name="schema-in-text"),
+    ok("PGMQ011", pl("RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';"),
+       name="declared-refusal"),
+    ok("PGMQ011", pl("RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;"), name="notice"),
+    ok("PGMQ011", script(p=P.replace("PERFORM pg_catalog.pg_sleep(n);", "RAISE NOTICE 'ours';")),
+       name="not-upstream"),
+    ok("PGMQ011", pl("BEGIN NULL; EXCEPTION WHEN OTHERS THEN RAISE; END;"), name="re-raise"),
+    bad("PGMQ011", pl("RAISE EXCEPTION 'msgs cannot be NULL or empty' USING ERRCODE = '22023';"),
+        name="specific-sqlstate"),
+    bad("PGMQ011", pl("RAISE EXCEPTION 'msgs cannot be NULL or empty' USING ERRCODE = 'invalid_parameter_value';"),
+        name="specific-condition"),
+    bad("PGMQ011", pl("RAISE EXCEPTION 'delay cannot be negative';"), name="refusal-as-p0001"),
+    bad("PGMQ011", pl("RAISE EXCEPTION 'msgs cannot be NULL or empty.';"), name="text"),
+    bad("PGMQ011", pl("RAISE EXCEPTION USING MESSAGE = 'msgs cannot be NULL or empty';"), name="using-message"),
+    bad("PGMQ011", pl("RAISE invalid_parameter_value;"), name="condition-only"),
+    bad("PGMQ011", pl("RAISE NOTICE 'something else';"), name="chatter"),
+    bad("PGMQ011", pl("RAISE WARNING 'pgmq queue `%` does not exist', queue_name;"), name="level"),
 ]
 
 
@@ -229,8 +251,8 @@ def test_every_rule_has_a_passing_and_a_failing_case() -> None:
 
 
 def test_codes_are_complete() -> None:
-    assert sorted(CODES) == [f"PGMQ{n:03d}" for n in range(1, 11)]
-    assert len(RULES) == 9  # PGMQ001 runs first, on the raw text
+    assert sorted(CODES) == [f"PGMQ{n:03d}" for n in range(1, 12)]
+    assert len(RULES) == 10  # PGMQ001 runs first, on the raw text
     assert all(len(text) > 80 for text in CODES.values())
 
 
