@@ -3757,11 +3757,91 @@ $fn$;
 COMMENT ON PROCEDURE pgmq.reset_queue_access(queue_name name) IS 'Remove every role''s access to a queue except its owner''s and pg_monitor''s (queue owner only).';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.0.0--2.1.0/post.sql.j2
--- Callbacks are registered (and run) by their registrant: the policies say so now.
-DROP POLICY callbacks_read ON pgmq.callbacks;
-DROP POLICY callbacks_insert ON pgmq.callbacks;
-DROP POLICY callbacks_update ON pgmq.callbacks;
-DROP POLICY callbacks_delete ON pgmq.callbacks;
+-- Row security: queue_owners is new, callbacks and meta changed their rules.
+ALTER TABLE pgmq.queue_owners ENABLE ROW LEVEL SECURITY;
+GRANT INSERT ON pgmq.queue_owners TO PUBLIC;
+DROP POLICY IF EXISTS meta_read ON pgmq.meta;
+DROP POLICY IF EXISTS meta_insert ON pgmq.meta;
+DROP POLICY IF EXISTS meta_update ON pgmq.meta;
+DROP POLICY IF EXISTS meta_delete ON pgmq.meta;
+CREATE POLICY meta_read ON pgmq.meta FOR SELECT USING (true);
+CREATE POLICY meta_insert ON pgmq.meta FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY meta_delete ON pgmq.meta FOR DELETE
+USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name, 'q'))) IS NULL);
+
+DROP POLICY IF EXISTS queue_settings_read ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_insert ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_update ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_delete ON pgmq.queue_settings;
+CREATE POLICY queue_settings_read ON pgmq.queue_settings FOR SELECT USING (true);
+CREATE POLICY queue_settings_insert ON pgmq.queue_settings FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_update ON pgmq.queue_settings FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_delete ON pgmq.queue_settings FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS dedup_keys_read ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_insert ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_update ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_delete ON pgmq.dedup_keys;
+CREATE POLICY dedup_keys_read ON pgmq.dedup_keys FOR SELECT USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_insert ON pgmq.dedup_keys FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_update ON pgmq.dedup_keys FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_delete ON pgmq.dedup_keys FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+
+DROP POLICY IF EXISTS exchanges_read ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_insert ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_update ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_delete ON pgmq.exchanges;
+CREATE POLICY exchanges_read ON pgmq.exchanges FOR SELECT USING (true);
+CREATE POLICY exchanges_insert ON pgmq.exchanges FOR INSERT
+ WITH CHECK (owner = current_user);
+CREATE POLICY exchanges_update ON pgmq.exchanges FOR UPDATE
+USING (pgmq._owns_role(owner)) WITH CHECK (pgmq._owns_role(owner));
+CREATE POLICY exchanges_delete ON pgmq.exchanges FOR DELETE
+USING (pgmq._owns_role(owner));
+
+DROP POLICY IF EXISTS exchange_publishers_read ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_insert ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_update ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_delete ON pgmq.exchange_publishers;
+CREATE POLICY exchange_publishers_read ON pgmq.exchange_publishers FOR SELECT USING (true);
+CREATE POLICY exchange_publishers_insert ON pgmq.exchange_publishers FOR INSERT
+ WITH CHECK (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+CREATE POLICY exchange_publishers_delete ON pgmq.exchange_publishers FOR DELETE
+USING (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+
+DROP POLICY IF EXISTS exchange_bindings_read ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_insert ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_update ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_delete ON pgmq.exchange_bindings;
+CREATE POLICY exchange_bindings_read ON pgmq.exchange_bindings FOR SELECT USING (true);
+CREATE POLICY exchange_bindings_insert ON pgmq.exchange_bindings FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY exchange_bindings_delete ON pgmq.exchange_bindings FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+
+DROP POLICY IF EXISTS notify_insert_throttle_read ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_insert ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_update ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_delete ON pgmq.notify_insert_throttle;
+CREATE POLICY notify_insert_throttle_read ON pgmq.notify_insert_throttle FOR SELECT USING (true);
+CREATE POLICY notify_insert_throttle_insert ON pgmq.notify_insert_throttle FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_update ON pgmq.notify_insert_throttle FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS callbacks_read ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_insert ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_update ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_delete ON pgmq.callbacks;
 CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
 CREATE POLICY callbacks_insert ON pgmq.callbacks FOR INSERT
  WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
@@ -3770,11 +3850,14 @@ USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (p
 CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
-ALTER TABLE pgmq.queue_owners ENABLE ROW LEVEL SECURITY;
-GRANT INSERT ON pgmq.queue_owners TO PUBLIC;
+DROP POLICY IF EXISTS queue_owners_read ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_insert ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_update ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_delete ON pgmq.queue_owners;
 CREATE POLICY queue_owners_read ON pgmq.queue_owners FOR SELECT USING (true);
 CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
  WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));
+
 
 
 DO $upgrade$

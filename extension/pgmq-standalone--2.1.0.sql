@@ -6089,8 +6089,7 @@ COMMENT ON PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name na
 -- Everyone may call the functions; what they can do is decided by table privileges.
 GRANT USAGE ON SCHEMA pgmq TO PUBLIC;
 
--- meta: a queue's row is written by our SECURITY DEFINER routines or a trusted role (create_partitioned;
--- drop_queue deletes the row after dropping them, hence the missing-table case).
+-- meta: a queue's row is written by our SECURITY DEFINER routines or a trusted role (create_partitioned); drop_queue deletes it after dropping the tables, hence the missing-table case
 ALTER TABLE pgmq.meta ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.meta TO PUBLIC;
 CREATE POLICY meta_read ON pgmq.meta FOR SELECT USING (true);
@@ -6099,7 +6098,7 @@ CREATE POLICY meta_insert ON pgmq.meta FOR INSERT
 CREATE POLICY meta_delete ON pgmq.meta FOR DELETE
 USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name, 'q'))) IS NULL);
 
--- settings are the owner's; the one flag senders set goes through _note_message_limits
+-- queue_settings: settings are the owner's; the one flag senders set goes through _note_message_limits
 ALTER TABLE pgmq.queue_settings ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_settings TO PUBLIC;
 CREATE POLICY queue_settings_read ON pgmq.queue_settings FOR SELECT USING (true);
@@ -6110,7 +6109,7 @@ USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY queue_settings_delete ON pgmq.queue_settings FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- dedup keys belong to whoever may send to the queue
+-- dedup_keys: dedup keys belong to whoever may send to the queue
 ALTER TABLE pgmq.dedup_keys ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.dedup_keys TO PUBLIC;
 CREATE POLICY dedup_keys_read ON pgmq.dedup_keys FOR SELECT USING (pgmq._queue_privilege(queue_name, 'INSERT'));
@@ -6121,7 +6120,7 @@ USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_priv
 CREATE POLICY dedup_keys_delete ON pgmq.dedup_keys FOR DELETE
 USING (pgmq._queue_privilege(queue_name, 'INSERT'));
 
--- exchanges: anyone may create one (and owns it); owners change and drop theirs
+-- exchanges: anyone may create an exchange (and owns it); owners change and drop theirs
 ALTER TABLE pgmq.exchanges ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchanges TO PUBLIC;
 CREATE POLICY exchanges_read ON pgmq.exchanges FOR SELECT USING (true);
@@ -6132,6 +6131,7 @@ USING (pgmq._owns_role(owner)) WITH CHECK (pgmq._owns_role(owner));
 CREATE POLICY exchanges_delete ON pgmq.exchanges FOR DELETE
 USING (pgmq._owns_role(owner));
 
+-- exchange_publishers: an exchange's owner opens and closes it
 ALTER TABLE pgmq.exchange_publishers ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchange_publishers TO PUBLIC;
 CREATE POLICY exchange_publishers_read ON pgmq.exchange_publishers FOR SELECT USING (true);
@@ -6140,7 +6140,7 @@ CREATE POLICY exchange_publishers_insert ON pgmq.exchange_publishers FOR INSERT
 CREATE POLICY exchange_publishers_delete ON pgmq.exchange_publishers FOR DELETE
 USING (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
 
--- bindings: pgpro_queue's rule, access to the queue and to the exchange
+-- exchange_bindings: pgpro_queue's rule: access to the queue and to the exchange
 ALTER TABLE pgmq.exchange_bindings ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.exchange_bindings TO PUBLIC;
 CREATE POLICY exchange_bindings_read ON pgmq.exchange_bindings FOR SELECT USING (true);
@@ -6149,7 +6149,7 @@ CREATE POLICY exchange_bindings_insert ON pgmq.exchange_bindings FOR INSERT
 CREATE POLICY exchange_bindings_delete ON pgmq.exchange_bindings FOR DELETE
 USING (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
 
--- notifications and callbacks are configured by the queue's owner
+-- notify_insert_throttle: notifications are configured by the queue's owner
 ALTER TABLE pgmq.notify_insert_throttle ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.notify_insert_throttle TO PUBLIC;
 CREATE POLICY notify_insert_throttle_read ON pgmq.notify_insert_throttle FOR SELECT USING (true);
@@ -6160,7 +6160,7 @@ USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
 CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- and a callback runs as the role that registered it
+-- callbacks: callbacks are registered by the queue's owner and run as the role that registered them (features/callbacks)
 ALTER TABLE pgmq.callbacks ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.callbacks TO PUBLIC;
 CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
@@ -6171,7 +6171,8 @@ USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (p
 CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
--- queue owners
+-- queue_owners: written by our SECURITY DEFINER routines, and by trusted roles for the queues
+-- they make themselves
 ALTER TABLE pgmq.queue_owners ENABLE ROW LEVEL SECURITY;
 GRANT INSERT ON pgmq.queue_owners TO PUBLIC;
 CREATE POLICY queue_owners_read ON pgmq.queue_owners FOR SELECT USING (true);

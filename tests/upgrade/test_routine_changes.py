@@ -79,8 +79,14 @@ MANIFEST_SYN = dataclasses.replace(MANIFEST, features=(*MANIFEST.features, Featu
     Function("syn_proc", "n integer", None), Function("syn_same", "n integer", "integer")))))
 
 # A real routine whose body changes (CREATE OR REPLACE of a routine that queues use).
-REAL_OLD = "BEGIN\n    IF queue_name IS NULL OR queue_name = '' THEN\n        RAISE EXCEPTION USING ERRCODE = 'invalid_name', MESSAGE = 'queue name cannot be NULL or empty';\n"
-REAL_NEW = REAL_OLD.replace("BEGIN\n", "BEGIN\n    -- a new line in the body\n")
+REAL_HEAD = "CREATE FUNCTION pgmq.validate_queue_name(queue_name text)\n"
+
+
+def edit_real_routine(sql: str) -> str:
+    """A new first line in validate_queue_name's body."""
+    assert sql.count(REAL_HEAD) == 1
+    at = sql.index("BEGIN\n", sql.index(REAL_HEAD)) + len("BEGIN\n")
+    return sql[:at] + "    -- a new line in the body\n" + sql[at:]
 
 
 @pytest.fixture
@@ -119,8 +125,7 @@ def test_generated_routine_changes_make_an_upgraded_database_equal_a_fresh_one(d
                                                                                 synthetic_versions):
     old_sql = (extension_dir() / render.install_name(OLD, target)).read_text() + old_extra(role)
     new_sql = render.render_install(MANIFEST, target)
-    assert new_sql.count(REAL_OLD) == 1
-    new_sql = new_sql.replace(REAL_OLD, REAL_NEW) + new_extra(role)
+    new_sql = edit_real_routine(new_sql) + new_extra(role)
     script = render.render_upgrade(MANIFEST, OLD, MANIFEST.version, target, old_sql, new_sql)
 
     plan = upgrade.plan_routines(old_sql, new_sql)
