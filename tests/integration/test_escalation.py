@@ -334,7 +334,11 @@ def test_superuser_work_on_a_hostile_queue_runs_nothing_of_its_owner(mallory):
     su.execute("SELECT * FROM pgmq.read('mq', 0, 1)")
     su.execute("SELECT * FROM pgmq.read('mq', 0, 1)")  # the second delivery dead-letters it
     assert scalar(su, "SELECT pgmq.redrive('dlq', 'mq')") == 1
-    assert scalar(su, "SELECT pgmq.drop_queue('mq')") is True
+    m.conn.execute("SELECT pgmq.create_exchange('mx', 'fanout')")  # mallory's exchange, routing to mq
+    m.conn.execute("SELECT pgmq.bind_queue('mq', 'mx', NULL)")
+    su.execute("SELECT * FROM pgmq.publish('mx', '', '{}')")
+    su.execute("SELECT pgmq.drop_exchange('mx', true)")  # the cascade drops mq
+    assert scalar(su, "SELECT count(*) FROM pgmq.meta WHERE queue_name = 'mq'") == 0
     _assert_nothing_escalated(m)
     assert m.ran_as() == []
 

@@ -242,8 +242,9 @@ CASES = [
     _q(f"SELECT pgmq._prove_caller(), pgmq._set_queue_access({N}, 'postgres', true)", PGPRO),
     _q(f"SELECT pgmq._prove_caller(), pgmq._set_queue_access('jobs', {N}, false)", ROLE | {"0LP01"}),
     _q(f"SELECT pgmq._prove_caller(), pgmq._make_callback_runner({N})", {"42501"}),
-    _q(f"CALL pgmq.revoke_queue_access({N}, 'postgres')", PGPRO),
-    _q(f"CALL pgmq.revoke_queue_access('jobs', {N})", ROLE),
+    # 0LP01: revoking the queue owner's own access ('postgres' owns the queues made in SETUP)
+    _q(f"CALL pgmq.revoke_queue_access({N}, 'postgres')", PGPRO | {"0LP01"}),
+    _q(f"CALL pgmq.revoke_queue_access('jobs', {N})", ROLE | {"0LP01"}),
     _q(f"CALL pgmq.reset_queue_access({N})", PGPRO),
     _q(f"CALL pgmq.grant_publish_access({N}, 'postgres')", EXCHANGE),
     _q(f"CALL pgmq.grant_publish_access('ex', {N})", ROLE),
