@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.helpers import column, raises_sql, scalar
+from tests.hostile import evil_body, make_log
 
 
 @dataclass
@@ -33,18 +34,8 @@ class Mallory:
 
 
 def _evil(body_kind: str, name: str) -> str:
-    """A function body that logs who runs it and tries to make mallory (`name`) a superuser."""
-    ret = {"trigger": "RETURN NULL;", "bool": "RETURN true;", "ts": "RETURN now();",
-           "int": "RETURN 1;"}[body_kind]
-    return f"""
-BEGIN
-    INSERT INTO mallory.log (who) VALUES (current_user);
-    BEGIN
-        EXECUTE 'ALTER ROLE {name} SUPERUSER';
-    EXCEPTION WHEN insufficient_privilege THEN NULL;
-    END;
-    {ret}
-END"""
+    value = {"trigger": "NULL", "bool": "true", "ts": "now()", "int": "1"}[body_kind]
+    return evil_body(name, "mallory", value)
 
 
 @pytest.fixture
@@ -53,10 +44,7 @@ def mallory(conn, connect) -> Mallory:
     conn.execute(f"CREATE ROLE {name} LOGIN")
     conn.execute(f"CREATE SCHEMA mallory AUTHORIZATION {name}")
     m = connect(user=name)
-    m.execute("CREATE TABLE mallory.log (id bigserial PRIMARY KEY, who text)")
-    m.execute("GRANT USAGE ON SCHEMA mallory TO PUBLIC")
-    m.execute("GRANT INSERT, SELECT ON mallory.log TO PUBLIC")
-    m.execute("GRANT USAGE ON SEQUENCE mallory.log_id_seq TO PUBLIC")
+    make_log(m, "mallory")
     for kind, ret in [("trigger", "trigger"), ("bool", "boolean"), ("ts", "timestamptz")]:
         m.execute(f"CREATE FUNCTION mallory.evil_{kind}() RETURNS {ret} LANGUAGE plpgsql AS $${_evil(kind, name)}$$")
     m.execute(f"CREATE FUNCTION mallory.evil_int(bigint) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $${_evil('int', name)}$$")

@@ -18,7 +18,7 @@ from pgmq_build.lint import lint_script
 from pgmq_build.manifest import MANIFEST, Feature, Function
 from pgmq_build.paths import extension_dir
 from tests.helpers import scalar
-from tests.upgrade.scenario import Databases, connected, populate, queue_rows
+from tests.upgrade.scenario import connected, populate, queue_rows
 
 pytestmark = pytest.mark.slow
 
@@ -89,19 +89,8 @@ def edit_real_routine(sql: str) -> str:
     return sql[:at] + "    -- a new line in the body\n" + sql[at:]
 
 
-@pytest.fixture
-def role(conn):
-    name = f"up_syn_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name}")
-    yield name
-    conn.execute(f"DROP ROLE IF EXISTS {name}")
 
 
-@pytest.fixture
-def dbs(role, conn, dsn):
-    databases = Databases(conn, dsn)
-    yield databases
-    databases.drop_all()
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ catalog tables' rows included), keep every message, and change nothing when they
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -16,7 +14,7 @@ from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
 from pgmq_build.paths import extension_dir
 from tests.helpers import column, scalar
-from tests.upgrade.scenario import Databases, connected, has_partman, populate, queue_rows
+from tests.upgrade.scenario import connected, has_partman, populate, queue_rows
 
 pytestmark = pytest.mark.slow
 
@@ -24,20 +22,8 @@ OLD_VERSIONS = MANIFEST.released_versions
 NEW = MANIFEST.version
 
 
-@pytest.fixture
-def role(conn):
-    name = f"up_reader_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name}")
-    yield name
-    # the databases holding its grants are dropped first (fixture order)
-    conn.execute(f"DROP ROLE IF EXISTS {name}")
 
 
-@pytest.fixture
-def dbs(role, conn, dsn):
-    databases = Databases(conn, dsn)
-    yield databases
-    databases.drop_all()
 
 
 @pytest.fixture(scope="session")

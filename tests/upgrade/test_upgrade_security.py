@@ -7,13 +7,12 @@ its making runs when a superuser works with the queue afterwards."""
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
 
 from tests.helpers import column, raises_sql, scalar
-from tests.upgrade.scenario import Databases, connected
+from tests.hostile import evil_body, make_log
+from tests.upgrade.scenario import connected
 
 pytestmark = pytest.mark.slow
 
@@ -22,49 +21,20 @@ COLUMNS = "msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers"
 
 
 @pytest.fixture
-def roles(conn):
-    tag = uuid.uuid4().hex[:8]
-    alice, bob = f"alice_{tag}", f"bob_{tag}"
-    for r in (alice, bob):
-        conn.execute(f"CREATE ROLE {r} LOGIN")
-    yield alice, bob
-    for r in (alice, bob):
-        conn.execute(f"DROP ROLE IF EXISTS {r}")
-
-
-@pytest.fixture
-def dbs(roles, conn, dsn):
-    databases = Databases(conn, dsn)
-    yield databases
-    databases.drop_all()
-
-
-def evil(name: str, returns: str, value: str) -> str:
-    """A function that logs who runs it and tries to make `alice` a superuser."""
-    return f"""
-BEGIN
-    INSERT INTO alice.log (who) VALUES (current_user);
-    BEGIN
-        EXECUTE 'ALTER ROLE {name} SUPERUSER';
-    EXCEPTION WHEN insufficient_privilege THEN NULL;
-    END;
-    RETURN {value};
-END"""
+def roles(make_role):
+    return make_role("alice", login=True), make_role("bob", login=True)
 
 
 def plant(a: psycopg.Connection, alice: str) -> None:
     """What alice, owning its tables in 2.0.0, could attach to them (an index needs CREATE on
     the schema, which it never had)."""
-    a.execute("CREATE TABLE alice.log (id bigserial PRIMARY KEY, who text)")
-    a.execute("GRANT USAGE ON SCHEMA alice TO PUBLIC")
-    a.execute("GRANT INSERT, SELECT ON alice.log TO PUBLIC")
-    a.execute("GRANT USAGE ON SEQUENCE alice.log_id_seq TO PUBLIC")
+    make_log(a, "alice")
     for fn, args, returns, value, extra in [
             ("t", "", "trigger", "NULL", ""), ("b", "", "boolean", "true", ""),
             ("ts", "", "timestamptz", "now()", ""), ("i", "bigint", "integer", "1", "IMMUTABLE"),
             ("v", "text", "boolean", "true", "")]:
         a.execute(f"CREATE FUNCTION alice.{fn}({args}) RETURNS {returns} LANGUAGE plpgsql {extra} "
-                  f"AS $${evil(alice, returns, value)}$$")
+                  f"AS $${evil_body(alice, 'alice', value)}$$")
     a.execute("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA alice TO PUBLIC")
     a.execute("CREATE PROCEDURE alice.cb(msg jsonb) LANGUAGE plpgsql AS "
               "$$ BEGIN INSERT INTO alice.log (who) VALUES ('callback as ' || current_user); END $$")
