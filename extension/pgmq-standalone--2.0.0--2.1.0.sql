@@ -1622,7 +1622,7 @@ CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
  WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));
 
 
-DO $upgrade$
+DO $handover$
 DECLARE
     v_q   record;
     v_t   record;
@@ -1769,7 +1769,13 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
+END
+$handover$;
 
+DO $upgrade$
+DECLARE
+    v_q record;
+BEGIN
     -- A typed queue whose payload type runs untrusted code loses its constraint (it ran that code
     -- for every writer); read_payload refuses it until set_payload_type names a trusted type.
     FOR v_q IN SELECT s.queue_name, s.payload_type FROM pgmq.queue_settings s
