@@ -261,6 +261,13 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
            JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
            WHERE c.relnamespace = %s::regnamespace AND p.pronamespace = %s::regnamespace
              AND NOT t.tgisinternal AND t.tgparentid = 0 ORDER BY 1, 2""", (schema, schema)).fetchall()
+    # grants made on our catalog tables and views (by users; ours come back with the extension)
+    grants = conn.execute(
+        """SELECT c.relname, CASE WHEN a.grantee <> 0 THEN pg_catalog.pg_get_userbyid(a.grantee) END,
+                  a.privilege_type, a.is_grantable
+           FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+           WHERE c.relnamespace = %s::regnamespace AND c.relname = ANY (%s) AND a.grantee <> c.relowner
+           ORDER BY 1, 2, 3""", (schema, objects.tables + objects.views)).fetchall()
     for table, trigger, _ in triggers:
         conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), _ident(schema, table)))
     echo(f"  set aside {len(objects.tables)} catalog table(s) and {len(triggers)} queue trigger(s); "
@@ -304,7 +311,12 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
         restored += cur.rowcount
     for _, _, definition in triggers:
         conn.execute(definition)
-    echo(f"  put back {restored} catalog row(s) and {len(triggers)} queue trigger(s)")
+    for table, grantee, privilege, grantable in grants:
+        conn.execute(sql.SQL("GRANT {} ON {} TO {}{}").format(
+            sql.SQL(privilege), _ident(schema, table),
+            sql.SQL("PUBLIC") if grantee is None else sql.Identifier(grantee),
+            sql.SQL(" WITH GRANT OPTION" if grantable else "")))
+    echo(f"  put back {restored} catalog row(s), {len(triggers)} queue trigger(s) and {len(grants)} grant(s)")
 
 
 def migrate(dsn: str, target: str | None = None, dry_run: bool = False, echo: Echo = print,
