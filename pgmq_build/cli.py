@@ -197,11 +197,16 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
 @click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
-def demo(dsn: str | None, keep: bool, spark: bool) -> None:
+@click.option("--migrate", "migrate_", is_flag=True,
+              help="Upstream PGMQ (from the PyPI package pgmq) in use, migrated in place (in a scratch database).")
+def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
     """A narrated tour: create, send, read with a lease, archive, pop, metrics."""
-    from .demo import run_demo
+    from .demo import run_demo, run_migrate_demo
 
     try:
+        if migrate_:
+            run_migrate_demo(dsn=dsn, keep=keep, echo=click.echo)
+            return
         if spark:
             from .spark.demo import run as run_spark_demo
 

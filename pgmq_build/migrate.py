@@ -316,7 +316,7 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
             sql.SQL(privilege), _ident(schema, table),
             sql.SQL("PUBLIC") if grantee is None else sql.Identifier(grantee),
             sql.SQL(" WITH GRANT OPTION" if grantable else "")))
-    echo(f"  put back {restored} catalog row(s), {len(triggers)} queue trigger(s) and {len(grants)} grant(s)")
+    echo(f"  put back {restored} catalog row(s) and {len(triggers)} queue trigger(s), re-applied {len(grants)} grant(s)")
 
 
 def migrate(dsn: str, target: str | None = None, dry_run: bool = False, echo: Echo = print,
