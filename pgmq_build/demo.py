@@ -167,4 +167,4 @@ def run_migrate_demo(dsn: str | None = None, keep: bool = False, echo: Echo = pr
         finally:
             if not keep:
                 admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-    echo("\nMigration demo finished: upstream PGMQ became pgmq in place, messages kept.")
+        echo("\nMigration demo finished: upstream PGMQ became pgmq in place, messages kept.")

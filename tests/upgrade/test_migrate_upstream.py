@@ -218,6 +218,17 @@ def check_migrated(c: psycopg.Connection, dsn: str, rows: dict, before: dict, ap
     if "q_parted" in rows:
         last = max(r[0] for r in rows["q_parted"] + rows["a_parted"])
         assert scalar(c, "SELECT pgmq.send('parted', '{}'::jsonb)") == last + 1
+        # pg_partman goes on making partitions (from the template that has our column)
+        partitions = scalar(c, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmq.q_parted'::regclass")
+        c.execute("SELECT pgmq.send_batch('parted', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 40)))")
+        c.execute("SELECT pgmq.run_partition_maintenance('parted')")
+        assert scalar(c, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmq.q_parted'::regclass") > partitions
+        assert scalar(c, "SELECT count(*) FROM pgmq.q_parted_default") == 0
+    # insert notifications, with the queue name as given (upstream 1.13.0 never sent these)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute('LISTEN "pgmq.q_MixedCase.INSERT"')
+        c.execute("SELECT pgmq.send('MixedCase', '{\"n\": 2}'::jsonb)")
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == ["pgmq.q_MixedCase.INSERT"]
     # upstream's own Python client
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     client = pgmq_client.PGMQueue(host=info["host"], port=str(info["port"]), database=info["dbname"],
@@ -424,3 +435,28 @@ def test_the_standalone_script_refuses_the_wrong_database(dbs):
             pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
                           match="does not hold upstream PGMQ 1.13.0: pgmq.create_partitioned"):
         c.execute(script)
+
+
+def test_a_failure_in_the_second_part_undoes_the_first(dbs, roles):
+    """--to extension fails after the standalone step has run (a function of the user's returns
+    pgmq.message_record, which CREATE EXTENSION needs to re-create): the one transaction is rolled
+    back whole, so upstream is intact; --to standalone keeps upstream's types and succeeds."""
+    a = dbs.create("second")
+    install_upstream(a, "sql", UPSTREAM_VERSION)
+    with connected(a) as c:
+        fill(c, roles, partman=False)
+        c.execute("CREATE FUNCTION public.peek(q text) RETURNS SETOF pgmq.message_record LANGUAGE sql "
+                  "AS 'SELECT * FROM pgmq.read(q, 0, 1)'")
+        before, rows = snapshot(c, rows=True), upstream_rows(c)
+    out: list[str] = []
+    with pytest.raises(migrate.MigrateError, match=r"(?s)rolled back, nothing was changed: cannot drop"
+                                                   r".*public.peek\(text\) depends on type pgmq.message_record"):
+        migrate.migrate(a, target="extension", echo=out.append)
+    assert "Making the extension own our objects ..." in out  # the first part had run
+    with connected(a) as c:
+        assert_same(snapshot(c, rows=True), before, ("after the failed migration", "before"))
+        assert upstream_rows(c) == rows
+    migrate.migrate(a, target="standalone", echo=out.append)
+    with connected(a) as c:
+        assert upstream_rows(c) == rows
+        assert column(c, "SELECT msg_id FROM public.peek('fifo')") == [1]
