@@ -66,6 +66,7 @@ PARTITIONED = """
 CREATE SCHEMA partman;
 CREATE EXTENSION pg_partman SCHEMA partman;
 SELECT pgmq.create_partitioned('parted', '10', '20');
+SELECT pgmq.create_partitioned('timed', '1 day', '7 days');
 """
 # visible, delayed, leased (vt 300), archived; FIFO groups; routed by topic
 MESSAGES = """
@@ -85,6 +86,9 @@ PARTITIONED_MESSAGES = """
 SELECT pgmq.send_batch('parted', (SELECT array_agg(jsonb_build_object('i', g)) FROM generate_series(1, 12) g));
 SELECT * FROM pgmq.read('parted', 300, 3);
 SELECT pgmq.archive('parted', ARRAY[4, 5]::bigint[]);
+SELECT pgmq.send('timed', '{"t":1}'::jsonb);
+SELECT pgmq.send('timed', '{"t":2}'::jsonb);
+SELECT pgmq.archive('timed', 1::bigint);
 """
 
 
@@ -174,6 +178,20 @@ def state(c: psycopg.Connection) -> dict:
                                       retention_keep_table, retention_keep_index, automatic_maintenance
                                       FROM partman.part_config ORDER BY 1""").fetchall()
     return out
+
+
+def partman_config(c: psycopg.Connection) -> list[tuple]:
+    """pg_partman's settings of the queues and its template tables' columns (outside schema pgmq,
+    so not in the catalog snapshot)."""
+    if not c.execute("SELECT to_regclass('partman.part_config')").fetchone()[0]:
+        return []
+    return c.execute("""SELECT p.parent_table, p.control, p.partition_interval, p.premake, p.retention,
+                               p.retention_keep_table, p.retention_keep_index, p.automatic_maintenance,
+                               p.infinite_time_partitions, p.template_table,
+                               (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+                                WHERE a.attrelid = p.template_table::regclass AND a.attnum > 0
+                                  AND NOT a.attisdropped)
+                        FROM partman.part_config p ORDER BY 1""").fetchall()
 
 
 def assert_same(a, b, names=("migrated", "fresh")):
@@ -309,7 +327,7 @@ def test_migrated_upstream_equals_a_fresh_install(dbs, roles, partman_available,
         assert "Committing ..." in out and any('adopting queue "parted"' in line for line in out) == \
             partman_available
     with connected(a) as c:
-        migrated = snapshot(c, rows=True)
+        migrated, migrated_partman = snapshot(c, rows=True), partman_config(c)
     with connected(b) as c:
         if target == "extension":
             c.execute("CREATE EXTENSION pgmq")
@@ -318,7 +336,8 @@ def test_migrated_upstream_equals_a_fresh_install(dbs, roles, partman_available,
             install.apply_standalone(b)
     with connected(b) as c:
         fill(c, roles, partman_available)
-        fresh = snapshot(c, rows=True)
+        fresh, fresh_partman = snapshot(c, rows=True), partman_config(c)
+    assert migrated_partman == fresh_partman
     assert migrated["relations"]["q_plain"] and migrated["routines"]
     assert bool(migrated["extension"]) == (target == "extension")
     assert migrated["relations"]["topic_bindings"]["kind"] == "v"
