@@ -8,7 +8,11 @@ extension's owner). That is the standalone target. The extension target then mak
 EXTENSION pgmq own our objects: it sets our standalone objects aside (catalog rows into
 temporary tables, the queues' triggers recorded), drops them, runs CREATE EXTENSION pgmq in the
 existing schema, and puts the rows and triggers back. Queue tables are never touched by that
-second part; they are not extension members, as in a fresh install.
+second part; they are not extension members, as in a fresh install. (CREATE EXTENSION of a
+non-relocatable extension whose control file names a schema that exists uses that schema; it
+does not make it a member, nor does it when it creates the schema itself, so the result equals
+a fresh install: the tests compare the catalogs. Its owner and grants stay; the standalone step
+has made the migrating role its owner, as our installs have it.)
 
 Upstream's extension (CREATE EXTENSION pgmq VERSION '1.13.x') needs no tool: ALTER EXTENSION
 pgmq UPDATE runs ``pgmq--<upstream>--<version>.sql``; `migrate` does that too when asked.
