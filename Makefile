@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-spark bench
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -46,6 +46,11 @@ test: deps
 demo: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build demo $(if $(DSN),--dsn "$(DSN)")
+
+# Upstream PGMQ (SQL from the PyPI package pgmq) in use, migrated in place by `pgmq-build migrate`.
+demo-migrate: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build demo --migrate $(if $(DSN),--dsn "$(DSN)")
 
 demo-spark: deps
 	$(MAKE) --no-print-directory install

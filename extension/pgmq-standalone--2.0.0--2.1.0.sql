@@ -3887,7 +3887,7 @@ CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
 
 
 
-DO $upgrade$
+DO $handover$
 DECLARE
     v_q   record;
     v_t   record;
@@ -4034,7 +4034,14 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
+END
+$handover$;
 
+DO $upgrade$
+DECLARE
+    v_q record;
+    v_x record;
+BEGIN
     -- Callbacks run through their registrant's runner (made at registration from 2.1.0 on);
     -- made here for those registered before, and, like those made later, not extension members.
     FOR v_x IN SELECT DISTINCT c.registrant FROM pgmq.callbacks c

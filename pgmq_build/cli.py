@@ -176,14 +176,37 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
 
 
 @main.command()
+@click.option("--dsn", required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
+@click.option("--to", "target", type=click.Choice(["extension", "standalone"]), default=None,
+              help="What it becomes: extension pgmq (default when its files are installed on the server) "
+                   "or the standalone install.")
+@click.option("--dry-run", is_flag=True, help="Print what would be done and change nothing.")
+def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
+    """Turn upstream PGMQ 1.13 (its SQL-only install, or its extension) into this pgmq in place,
+    in one transaction: every queue, message and setting is kept (README: Migrating from PGMQ)."""
+    from . import install as inst
+    from . import migrate as mig
+
+    try:
+        mig.migrate(dsn, target=target, dry_run=dry_run, echo=click.echo)
+    except (mig.MigrateError, inst.InstallError) as exc:
+        _fail(str(exc))
+
+
+@main.command()
 @click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
-def demo(dsn: str | None, keep: bool, spark: bool) -> None:
+@click.option("--migrate", "migrate_", is_flag=True,
+              help="Upstream PGMQ (from the PyPI package pgmq) in use, migrated in place (in a scratch database).")
+def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
     """A narrated tour: create, send, read with a lease, archive, pop, metrics."""
-    from .demo import run_demo
+    from .demo import run_demo, run_migrate_demo
 
     try:
+        if migrate_:
+            run_migrate_demo(dsn=dsn, keep=keep, echo=click.echo)
+            return
         if spark:
             from .spark.demo import run as run_spark_demo
 

@@ -104,3 +104,67 @@ def run_demo(dsn: str | None = None, keep: bool = False, echo: Echo = print) -> 
         q("SELECT pgmq.drop_exchange(%s::name, true)", exchange)
         q("SELECT count(*) AS queues_left FROM pgmq.meta WHERE queue_name = %s", queue)
         echo("\nDemo finished: create, send, read with a lease, archive, set_vt, pop, metrics, exchanges.")
+
+
+def run_migrate_demo(dsn: str | None = None, keep: bool = False, echo: Echo = print) -> None:
+    """Upstream PGMQ (its SQL-only install, from the PyPI package) with a queue in use becomes
+    ours in place: `pgmq-build migrate`, then the messages are shown to be there."""
+    from psycopg import sql
+
+    from . import migrate
+
+    version, upstream = migrate.upstream_sql()
+    name = f"pgmq_migrate_demo_{os.getpid()}"
+    with _server(dsn, keep, echo) as url, psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        target = psycopg.conninfo.make_conninfo(url, dbname=name)
+        echo(f"Made a scratch database {name} for the demo.")
+        try:
+            with psycopg.connect(target, autocommit=True) as conn:
+
+                def q(text: str) -> list[tuple]:
+                    rows = conn.execute(text).fetchall()
+                    _show(echo, text, rows)
+                    return rows
+
+                echo(f"\n1. Install upstream PGMQ {version} from the PyPI package's pgmq.sql, as an SQL-only install"
+                     "\n   (what pgmq-py's installer and managed databases do: schema pgmq, no extension).")
+                conn.execute(upstream)
+                echo("\n2. Use it with upstream's functions: a queue, three orders, one leased, one archived.")
+                conn.execute("SELECT pgmq.create('orders')")
+                conn.execute("SELECT pgmq.send_batch('orders', ARRAY['{\"order\": 1}', '{\"order\": 2}', "
+                             "'{\"order\": 3}']::jsonb[])")
+                conn.execute("SELECT * FROM pgmq.read('orders', 300, 1)")
+                conn.execute("SELECT pgmq.archive('orders', 2::bigint)")
+                conn.execute("SELECT pgmq.bind_topic('shop.*', 'orders')")
+                q("SELECT msg_id, read_ct, message FROM pgmq.q_orders ORDER BY msg_id")
+                q("SELECT msg_id, message FROM pgmq.a_orders ORDER BY msg_id")
+
+            echo("\n3. pgmq-build migrate --dry-run: what it would do (nothing is changed).")
+            migrate.migrate(target, dry_run=True, echo=lambda line: echo("   " + line))
+            echo("\n4. pgmq-build migrate: the same, in one transaction.")
+            migrate.migrate(target, echo=lambda line: echo("   " + line))
+
+            with psycopg.connect(target, autocommit=True) as conn:
+
+                def q2(text: str) -> list[tuple]:
+                    rows = conn.execute(text).fetchall()
+                    _show(echo, text, rows)
+                    return rows
+
+                echo("\n5. Every message is where it was (message 1 still leased, 2 archived); ids continue.")
+                q2("SELECT msg_id, read_ct, message FROM pgmq.q_orders ORDER BY msg_id")
+                q2("SELECT msg_id, message FROM pgmq.a_orders ORDER BY msg_id")
+                q2("SELECT * FROM pgmq.send('orders', '{\"order\": 4}'::jsonb)")
+                echo("\n6. Our features on the old queue: a priority message is served first; the topic"
+                     "\n   binding is a binding of exchange 'pgmq.topic' now.")
+                q2("SELECT * FROM pgmq.send('orders', '{\"order\": 5, \"rush\": true}'::jsonb, "
+                   "'{\"x-pgmq-priority\": -1}'::jsonb)")
+                q2("SELECT msg_id, message FROM pgmq.read('orders', 30, 3)")
+                q2("SELECT pattern, queue_name FROM pgmq.topic_bindings")
+                q2("SELECT extversion FROM pg_extension WHERE extname = 'pgmq' UNION ALL "
+                   "SELECT obj_description('pgmq'::regnamespace) WHERE obj_description('pgmq'::regnamespace) IS NOT NULL")
+        finally:
+            if not keep:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        echo("\nMigration demo finished: upstream PGMQ became pgmq in place, messages kept.")

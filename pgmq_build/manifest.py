@@ -130,6 +130,25 @@ RELEASED: tuple[Release, ...] = (
 )
 
 
+# Upstream PGMQ releases that become ours in place, straight to this version: ALTER EXTENSION
+# pgmq UPDATE from upstream's extension (extension/pgmq--<upstream>--<VERSION>.sql), `pgmq-build
+# migrate` for upstream's SQL-only install (pgmq-standalone--<upstream>--<VERSION>.sql). README,
+# "Migrating from PGMQ"; the steps' hand-written parts are templates/upgrades/upstream/.
+UPSTREAM_VERSIONS = ("1.13.0", "1.13.1")
+
+# Objects of our install script that upstream 1.13 already has, defined the same way (the catalog
+# test compares an upgraded database with a fresh install): an upgrade from upstream keeps
+# upstream's, with their rows, instead of creating them. Every other object of the install script
+# is created by the upgrade; upstream's routines are dropped first (ours have their identities:
+# the manifest's ``upstream=True`` functions) and its topic_bindings table becomes rows of
+# exchange_bindings.
+UPSTREAM_KEPT: Mapping[str, tuple[str, ...]] = {
+    "type": ("message_record", "queue_record", "metrics_result"),
+    "table": ("meta", "notify_insert_throttle"),
+    "index": ("idx_notify_throttle_active",),
+}
+
+
 @dataclass(frozen=True)
 class Feature:
     """A folder of templates under templates/features/<name>, rendered in manifest order."""
@@ -147,6 +166,7 @@ class Manifest:
     schema: str
     released: tuple[Release, ...]
     features: tuple[Feature, ...] = field(default_factory=tuple)
+    upstream: tuple[str, ...] = ()  # UPSTREAM_VERSIONS: upstream PGMQ versions that upgrade to this one
 
     @property
     def released_versions(self) -> tuple[str, ...]:
@@ -589,4 +609,5 @@ ACCESS = Feature(
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
                     features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
-                              CALLBACKS, ACCESS))
+                              CALLBACKS, ACCESS),
+                    upstream=UPSTREAM_VERSIONS)

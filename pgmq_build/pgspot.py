@@ -48,8 +48,8 @@ def upgrade_source(path: Path) -> Path | None:
     """For an upgrade script ``pgmq[-standalone]--A--B.sql``: the install script of A next to it
     (or in extension/); None for any other file."""
     prefix, *versions = path.name.removesuffix(".sql").split("--")
-    if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone"):
-        return None
+    if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone") or versions[0] in MANIFEST.upstream:
+        return None  # (a step from upstream PGMQ creates our routines: nothing of ours to append it to)
     name = f"{prefix}--{versions[0]}.sql"
     return path.parent / name if (path.parent / name).exists() else extension_dir() / name
 

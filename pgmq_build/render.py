@@ -8,10 +8,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import jinja2
+from pglast import ast, parse_sql
 
 from . import upgrade
 from .errors import DeclarationError, raise_error
-from .manifest import MANIFEST, MAX_QUEUE_NAME, Feature, Function, Manifest, Release, version_key
+from .lint import sqlast
+from .manifest import (
+    MANIFEST,
+    MAX_QUEUE_NAME,
+    UPSTREAM_KEPT,
+    Feature,
+    Function,
+    Manifest,
+    Release,
+    version_key,
+)
 from .paths import extension_dir, templates_dir
 
 TARGETS = ("extension", "standalone")
@@ -160,6 +171,11 @@ def release_problems(outdir: Path, manifest: Manifest = MANIFEST, templates: Pat
         previous = release.version
     problems += frozen_problems(outdir, manifest.released)
     base = templates or templates_dir()
+    if manifest.upstream:
+        for name in STEP_TEMPLATES:
+            if not (base / UPSTREAM_STEP / name).is_file():
+                problems.append(f"missing upgrade step template: templates/{UPSTREAM_STEP}/{name} "
+                                f"(the steps from upstream PGMQ {', '.join(manifest.upstream)})")
     for old, new in manifest.steps:
         for name in STEP_TEMPLATES:
             if not (base / step_dir(old, new) / name).is_file():
@@ -215,6 +231,100 @@ def render_upgrade(manifest: Manifest, old: str, new: str, target: str, old_sql:
             changes=list(upgrade.describe(plan, routines.values())), lock_key=UPGRADE_LOCK_KEY)
 
 
+# ----------------------------------------------------------------------------- from upstream PGMQ
+
+UPSTREAM_STEP = "upgrades/upstream"
+
+
+def _kept_object(node: ast.Node, schema: str) -> tuple[str, str] | None:
+    """(kind, name) when the statement creates (or config-dumps) an object of UPSTREAM_KEPT."""
+    if isinstance(node, ast.CompositeTypeStmt) and node.typevar.schemaname == schema:
+        found = ("type", node.typevar.relname)
+    elif isinstance(node, ast.CreateStmt) and node.relation.schemaname == schema:
+        found = ("table", node.relation.relname)
+    elif isinstance(node, ast.IndexStmt) and node.relation.schemaname == schema:
+        found = ("index", node.idxname)
+    elif isinstance(node, ast.SelectStmt) and len(node.targetList or ()) == 1:
+        call = node.targetList[0].val
+        if not (sqlast.is_call(call, "pg_extension_config_dump") and call.args
+                and isinstance(call.args[0], ast.A_Const)):
+            return None
+        found = ("config_dump", call.args[0].val.sval.removeprefix(f"{schema}."))
+        return found if found[1] in UPSTREAM_KEPT["table"] else None
+    else:
+        return None
+    return found if found[1] in UPSTREAM_KEPT.get(found[0], ()) else None
+
+
+def without_kept(text: str, schema: str) -> tuple[str, set[tuple[str, str]]]:
+    """``text`` (rendered SQL) without the statements that make an object upstream already has
+    (UPSTREAM_KEPT), each replaced by a comment; and the (kind, name) pairs removed."""
+    out, pos, removed = [], 0, set()
+    for raw in parse_sql(text):
+        kept = _kept_object(raw.stmt, schema)
+        if kept is None:
+            continue
+        start, end = sqlast.statement_bounds(text, raw)
+        end = text.index(";", end) + 1
+        out += [text[pos:start], f"-- (upstream's {kept[0].replace('_', ' ')} of {schema}.{kept[1]} is kept)"]
+        pos = end
+        removed.add(kept)
+    return "".join(out) + text[pos:], removed
+
+
+def upstream_body(manifest: Manifest = MANIFEST, target: str = "extension", path: Path | None = None) -> str:
+    """Our install script's objects (every feature, in order) that upstream PGMQ does not have:
+    the whole install script but the statements that make the objects of UPSTREAM_KEPT."""
+    env = make_env(target, manifest, path)
+    parts, removed = [], set()
+    for feat in manifest.features:
+        text, gone = without_kept(render_feature(env, feat), manifest.schema)
+        parts.append(text)
+        removed |= gone
+    wanted = {(kind, name) for kind, names in UPSTREAM_KEPT.items() for name in names}
+    if target == "extension":
+        wanted |= {("config_dump", name) for name in UPSTREAM_KEPT["table"]}
+    if removed != wanted:
+        missing = ", ".join(f"{k} {n}" for k, n in sorted(wanted - removed))
+        raise RenderError(f"the install script does not create what manifest.UPSTREAM_KEPT lists: {missing}")
+    return "\n".join(parts)
+
+
+def upstream_routines(manifest: Manifest, install_sql: str) -> list[upgrade.Routine]:
+    """Our routines that upstream PGMQ has (manifest ``upstream=True``; same identities), in the
+    install script's order."""
+    names = {(manifest.schema, f.name, f.identity_args) for f in manifest.functions if f.upstream}
+    out = []
+    for raw in parse_sql(upgrade.strip_guard(install_sql)):
+        node = raw.stmt
+        if isinstance(node, ast.CreateFunctionStmt):
+            schema, name = (n.sval for n in node.funcname)
+            if (schema, name, sqlast.identity_args(node)) in names:
+                out.append(upgrade.routine_of(node, ""))
+    if len(out) != len(names):
+        raise RenderError(f"the install script creates {len(out)} of the {len(names)} upstream routines")
+    return out
+
+
+def render_upstream_upgrade(manifest: Manifest, upstream: str, target: str, install_sql: str,
+                            path: Path | None = None) -> str:
+    """The script that turns upstream PGMQ ``upstream`` into this version: templates/upstream.sql.j2
+    around the upstream step's pre template, upstream_body() and its post template.
+    ``install_sql``: this version's install script (for the routines that replace upstream's)."""
+    env = make_env(target, manifest, path)
+    env.globals.update(from_version=upstream, to_version=manifest.version)
+    context = {"upstream_routines": upstream_routines(manifest, install_sql), "kept": UPSTREAM_KEPT}
+    parts = {}
+    for name in STEP_TEMPLATES:
+        with rendering(UPSTREAM_STEP, name):
+            parts[name.split(".")[0]] = env.get_template(f"{UPSTREAM_STEP}/{name}").render(**context)
+    body = upstream_body(manifest, target, path)
+    with rendering("upgrade", "upstream.sql.j2"):
+        return env.get_template("upstream.sql.j2").render(
+            step_dir=UPSTREAM_STEP, new_name=install_name(manifest.version, target),
+            pre=parts["pre"], post=parts["post"], body=body, lock_key=UPGRADE_LOCK_KEY)
+
+
 def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
                path: Path | None = None) -> dict[str, str]:
     """Every generated file under extension/, keyed by file name, in a stable order: the control
@@ -231,6 +341,10 @@ def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
             old_sql = read_released(frozen or extension_dir(), install_name(old, target), manifest)
             files[upgrade_name(old, new, target)] = render_upgrade(
                 manifest, old, new, target, old_sql, files[install_name(new, target)], path)
+    for upstream in manifest.upstream:
+        for target in TARGETS:
+            files[upgrade_name(upstream, manifest.version, target)] = render_upstream_upgrade(
+                manifest, upstream, target, files[install_name(manifest.version, target)], path)
     return files
 
 

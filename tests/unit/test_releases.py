@@ -20,6 +20,8 @@ from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 
 OLD = RELEASED[-1].version
 STEP = f"{OLD}--{VERSION}"
+# the steps from upstream PGMQ (README "Migrating from PGMQ")
+UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
 
 
 def run(*args: str):
@@ -76,7 +78,7 @@ def test_every_step_has_its_templates():
 def test_render_all_has_the_upgrade_scripts_and_not_the_released_ones():
     files = render.render_all()
     assert list(files) == ["pgmq.control", f"pgmq--{VERSION}.sql", f"pgmq-standalone--{VERSION}.sql",
-                           f"pgmq--{STEP}.sql", f"pgmq-standalone--{STEP}.sql"]
+                           f"pgmq--{STEP}.sql", f"pgmq-standalone--{STEP}.sql", *UPSTREAM_FILES]
     assert not set(files) & set(render.released_scripts(RELEASED))
 
 
@@ -212,7 +214,10 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
     todo, skipped = cli.lint_targets(())
     names = {p.name: previous is not None for p, _, previous in todo}
     assert names == {f"pgmq--{VERSION}.sql": False, f"pgmq-standalone--{VERSION}.sql": False,
-                     f"pgmq--{STEP}.sql": True, f"pgmq-standalone--{STEP}.sql": True}
+                     f"pgmq--{STEP}.sql": True, f"pgmq-standalone--{STEP}.sql": True,
+                     **dict.fromkeys(UPSTREAM_FILES, True)}
+    # a step from upstream is linted as an upgrade from an unknown script (upstream's is not here)
+    assert all(previous == "" for p, _, previous in todo if p.name in UPSTREAM_FILES)
     assert sorted(p.name for p in skipped) == sorted(render.released_scripts(RELEASED))
     result = run("lint")
     assert result.exit_code == 0, result.output
@@ -222,7 +227,8 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
 def test_pgspot_checks_each_upgrade_script_after_its_source():
     files = sorted(extension_dir().glob("*.sql"))
     batches = pgspot.batches(files)
-    assert batches[0] == ([f for f in files if f.name.count("--") == 1], False)
+    # install scripts and the steps from upstream (nothing of ours to append them to) alone
+    assert batches[0] == ([f for f in files if f.name.count("--") == 1 or f.name in UPSTREAM_FILES], False)
     assert sorted((tuple(p.name for p in b), append) for b, append in batches[1:]) == [
         ((f"pgmq--{OLD}.sql", f"pgmq--{STEP}.sql"), True),
         ((f"pgmq-standalone--{OLD}.sql", f"pgmq-standalone--{STEP}.sql"), True)]

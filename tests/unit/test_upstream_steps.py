@@ -1,0 +1,118 @@
+"""The generated steps from upstream PGMQ (pgmq[-standalone]--<upstream>--<version>.sql): what
+they drop, keep and create, checked against upstream's own SQL from the PyPI `pgmq` package (read
+at run time, never copied here). No server."""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+
+import pytest
+from pglast import ast, parse_sql
+
+from pgmq_build import render, upgrade
+from pgmq_build.lint import lint_script, sqlast
+from pgmq_build.manifest import MANIFEST, UPSTREAM_KEPT, VERSION
+
+UPSTREAM = MANIFEST.upstream[0]
+
+
+def upstream_sql() -> str:
+    return (importlib.resources.files("pgmq") / "sql" / "pgmq.sql").read_text()
+
+
+def created(sql: str) -> dict[str, set[str]]:
+    """Names of what a script creates in schema pgmq, by kind."""
+    out: dict[str, set[str]] = {"table": set(), "type": set(), "index": set(), "view": set(), "routine": set()}
+    for raw in parse_sql(upgrade.strip_guard(sql)):
+        n = raw.stmt
+        if isinstance(n, ast.CreateStmt):
+            out["table"].add(n.relation.relname)
+        elif isinstance(n, ast.CompositeTypeStmt):
+            out["type"].add(n.typevar.relname)
+        elif isinstance(n, ast.IndexStmt):
+            out["index"].add(n.idxname)
+        elif isinstance(n, ast.ViewStmt):
+            out["view"].add(n.view.relname)
+        elif isinstance(n, ast.CreateFunctionStmt):
+            out["routine"].add((n.funcname[-1].sval, sqlast.identity_args(n)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def files():
+    return render.render_all()
+
+
+def test_upstream_has_exactly_the_manifest_upstream_routines_and_the_kept_objects():
+    up = created(upstream_sql())
+    assert up["routine"] == {(f.name, f.identity_args) for f in MANIFEST.functions if f.upstream}
+    assert len(up["routine"]) == 76
+    for kind, names in UPSTREAM_KEPT.items():
+        assert set(names) <= up[kind], kind
+    assert "topic_bindings" in up["table"]
+
+
+@pytest.mark.parametrize("target", render.TARGETS)
+def test_the_step_drops_upstream_routines_and_creates_the_rest_of_ours(files, target):
+    text = files[render.upgrade_name(UPSTREAM, VERSION, target)]
+    ours = created(files[render.install_name(VERSION, target)])
+    step = created(text)
+    # every routine of ours is created (upstream's were dropped first), every object but the kept ones
+    assert step["routine"] == ours["routine"]
+    for kind in ("table", "type", "index"):
+        assert step[kind] == ours[kind] - set(UPSTREAM_KEPT.get(kind, ())), kind
+    assert step["view"] == ours["view"] == {"topic_bindings"}
+    drops = re.findall(r"^DROP (?:FUNCTION|PROCEDURE) (pgmq\.[^;]+);$", text, re.M)
+    assert len(drops) == 75 + 1  # upstream's routines but the renamed trigger function, then that one
+    assert drops[-1] == "pgmq._upstream_notify_queue_listeners()"
+    assert text.index("ALTER FUNCTION pgmq.notify_queue_listeners() RENAME TO _upstream_notify_queue_listeners") \
+        < text.index(f"DROP FUNCTION {drops[0]};") < text.index("CREATE FUNCTION pgmq.notify_queue_listeners()")
+    assert "\nCREATE SCHEMA pgmq" not in text
+    for table in UPSTREAM_KEPT["table"]:
+        assert f"-- (upstream's table of pgmq.{table} is kept)" in text
+    assert lint_script(text, MANIFEST, target, previous="") == []
+
+
+def test_extension_and_standalone_forms(files):
+    ext = files[render.upgrade_name(UPSTREAM, VERSION)]
+    alone = files[render.upgrade_name(UPSTREAM, VERSION, "standalone")]
+    assert ext.startswith(f'\\echo Use "ALTER EXTENSION pgmq UPDATE TO \'{VERSION}\'" to load this file. \\quit\n')
+    assert "ALTER EXTENSION pgmq DROP TABLE pgmq.topic_bindings;" in ext
+    assert "pg_extension_config_dump('pgmq.queue_owners'" in ext
+    assert "pg_extension_config_dump('pgmq.meta'" not in ext  # upstream's registration stays
+    assert "COMMENT ON SCHEMA" not in ext and "ALTER SCHEMA" not in ext
+    assert "\\echo" not in alone and "pg_extension_config_dump" not in alone
+    assert "\nALTER EXTENSION pgmq DROP" not in alone
+    assert alone.index("DO $check$") < alone.index("ALTER SCHEMA pgmq OWNER TO CURRENT_USER;") < alone.index("pre: ")
+    assert alone.rstrip().endswith(f"COMMENT ON SCHEMA pgmq IS 'pgmq {VERSION} (standalone)';")
+    # both steps share the queue handover with the step from 2.0.0
+    step = files[f"pgmq--{MANIFEST.released_versions[-1]}--{VERSION}.sql"]
+    handover = step[step.index("DO $handover$"):step.index("$handover$;")]
+    assert handover in ext and handover in alone
+
+
+def test_steps_differ_only_in_the_version_they_name(files):
+    if len(MANIFEST.upstream) < 2:
+        pytest.skip("one upstream version")
+    a, b = MANIFEST.upstream[:2]
+    for target in render.TARGETS:
+        assert files[render.upgrade_name(a, VERSION, target)].replace(a, b) == \
+            files[render.upgrade_name(b, VERSION, target)]
+
+
+def test_a_kept_object_missing_from_the_install_script_is_an_error(monkeypatch):
+    monkeypatch.setitem(UPSTREAM_KEPT, "table", (*UPSTREAM_KEPT["table"], "no_such_table"))
+    with pytest.raises(render.RenderError, match="does not create what manifest.UPSTREAM_KEPT lists: config_dump no_such_table, table no_such"):
+        render.upstream_body(MANIFEST, "extension")
+
+
+def test_missing_upstream_templates_are_reported(tmp_path):
+    import shutil
+
+    from pgmq_build.paths import extension_dir, templates_dir
+
+    shutil.copytree(templates_dir(), tmp_path / "t")
+    (tmp_path / "t" / "upgrades" / "upstream" / "post.sql.j2").unlink()
+    problems = render.release_problems(extension_dir(), MANIFEST, tmp_path / "t")
+    assert any("templates/upgrades/upstream/post.sql.j2" in p for p in problems)
