@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import uuid
 
 import pgmq as pgmq_client  # PyPI `pgmq`: upstream's client, and upstream's SQL
 import psycopg
@@ -23,7 +22,7 @@ from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
 from pgmq_build.paths import extension_dir
 from tests.helpers import column, scalar
-from tests.upgrade.scenario import Databases, connected, has_partman
+from tests.upgrade.scenario import connected, has_partman
 
 pytestmark = pytest.mark.slow
 
@@ -93,21 +92,9 @@ SELECT pgmq.archive('timed', 1::bigint);
 
 
 @pytest.fixture
-def roles(conn):
-    tag = uuid.uuid4().hex[:8]
-    names = (f"mig_reader_{tag}", f"mig_app_{tag}")
-    for name in names:
-        conn.execute(f"CREATE ROLE {name}")
-    yield names
-    for name in names:  # the databases holding their grants are dropped first (fixture order)
-        conn.execute(f"DROP ROLE IF EXISTS {name}")
-
-
-@pytest.fixture
-def dbs(roles, conn, dsn):
-    databases = Databases(conn, dsn)
-    yield databases
-    databases.drop_all()
+def roles(make_role):
+    """Dropped after the databases that hold their grants (make_role, tests/upgrade/conftest.py)."""
+    return make_role("mig_reader"), make_role("mig_app")
 
 
 @pytest.fixture(scope="session")
