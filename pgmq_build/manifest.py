@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.1.0"
+VERSION = "2.2.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -126,6 +126,16 @@ RELEASED: tuple[Release, ...] = (
     Release("2.0.0", {
         "pgmq--2.0.0.sql": "a8cb97be908f70ddb503b7e274d26d06710c986cbddb456a1a8b325c057fad41",
         "pgmq-standalone--2.0.0.sql": "585ced552ca8336cd583c2136fab00222e3673dbaf6cfc981f1c7632216db546",
+    }),
+    Release("2.1.0", {
+        "pgmq--2.1.0.sql": "53a3fd87ee05c10e67f8b450fc2d036b0e7a05c20fcb66a9fd84e53640ed8a8c",
+        "pgmq-standalone--2.1.0.sql": "7b888001ee2f2a059ab04e377362fbbfb2e2568b2829cbe9dc7fa82def6976cd",
+        "pgmq--2.0.0--2.1.0.sql": "0c95339714d975f4f43645333a307def3f76ede0c250d6085775c111c91c59cc",
+        "pgmq-standalone--2.0.0--2.1.0.sql": "9240ef2dbffb9c694f22861b708f9dc4f0e660946fa0b81c0db069f43e2e4161",
+        "pgmq--1.13.0--2.1.0.sql": "cbd9fe4b25c5ce41245996be512b97c549ca11a7e08c904eda1e0064b5a10e60",
+        "pgmq--1.13.1--2.1.0.sql": "c37af858a79fb8412534eea585f60f0236d29bf7f5ed244a3650871cce18f9f4",
+        "pgmq-standalone--1.13.0--2.1.0.sql": "0ba6f13e9a438d8ea9c6805f8b05d9607816fa7ffc6cd0d539b3f9f25f8094e9",
+        "pgmq-standalone--1.13.1--2.1.0.sql": "6b13bda3c38a577bdeedefc03ed04eb8015c742c6055731ff3f1f34f0e684800",
     }),
 )
 

@@ -48,10 +48,15 @@ def templates_copy(tmp_path, monkeypatch) -> Path:
 # ------------------------------------------------------------------------------- the manifest
 
 def test_version_and_releases():
-    assert VERSION == "2.1.0"
-    assert [r.version for r in RELEASED] == ["2.0.0"]
-    assert MANIFEST.versions == ("2.0.0", "2.1.0")
-    assert MANIFEST.steps == (("2.0.0", "2.1.0"),)
+    # The version being built is never a released one, releases are in order and each
+    # release (and the version being built) is reached from the one before it by one step.
+    released = [r.version for r in RELEASED]
+    assert released[:2] == ["2.0.0", "2.1.0"]
+    assert VERSION not in released
+    assert released == sorted(released, key=version_key)
+    assert version_key(VERSION) > version_key(released[-1])
+    assert MANIFEST.versions == (*released, VERSION)
+    assert MANIFEST.steps == tuple(zip(MANIFEST.versions, MANIFEST.versions[1:]))
     assert version_key("2.10.0") > version_key("2.9.1")
 
 
@@ -180,13 +185,15 @@ def test_check_and_generate_refuse_a_released_version(monkeypatch, tmp_path):
 
 
 def test_a_release_must_record_all_its_scripts():
-    manifest = dataclasses.replace(MANIFEST, version="2.2.0", released=(
-        *RELEASED, Release("2.1.0", {"pgmq--2.1.0.sql": "0" * 64})))
+    # releasing the version being built with one of its files recorded (and that one wrong)
+    nxt = "9.0.0"
+    manifest = dataclasses.replace(MANIFEST, version=nxt, released=(
+        *RELEASED, Release(VERSION, {f"pgmq--{VERSION}.sql": "0" * 64})))
     problems = render.release_problems(extension_dir(), manifest)
-    for name in ("pgmq-standalone--2.1.0.sql", f"pgmq--{OLD}--2.1.0.sql", f"pgmq-standalone--{OLD}--2.1.0.sql"):
-        assert f"release 2.1.0 does not record the sha256 of {name} in manifest.RELEASED" in problems
-    assert any(p.startswith("altered released script: pgmq--2.1.0.sql") for p in problems)
-    assert "missing upgrade step template: templates/upgrades/2.1.0--2.2.0/pre.sql.j2" in problems[-2]
+    for name in (f"pgmq-standalone--{VERSION}.sql", f"pgmq--{STEP}.sql", f"pgmq-standalone--{STEP}.sql"):
+        assert f"release {VERSION} does not record the sha256 of {name} in manifest.RELEASED" in problems
+    assert any(p.startswith(f"altered released script: pgmq--{VERSION}.sql") for p in problems)
+    assert f"missing upgrade step template: templates/upgrades/{VERSION}--{nxt}/pre.sql.j2" in problems[-2]
 
 
 def test_versions_must_ascend():
@@ -221,17 +228,20 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
     assert sorted(p.name for p in skipped) == sorted(render.released_scripts(RELEASED))
     result = run("lint")
     assert result.exit_code == 0, result.output
-    assert "2 released script(s) skipped" in result.output
+    assert f"{len(render.released_scripts(RELEASED))} released script(s) skipped" in result.output
 
 
 def test_pgspot_checks_each_upgrade_script_after_its_source():
     files = sorted(extension_dir().glob("*.sql"))
     batches = pgspot.batches(files)
     # install scripts and the steps from upstream (nothing of ours to append them to) alone
-    assert batches[0] == ([f for f in files if f.name.count("--") == 1 or f.name in UPSTREAM_FILES], False)
-    assert sorted((tuple(p.name for p in b), append) for b, append in batches[1:]) == [
-        ((f"pgmq--{OLD}.sql", f"pgmq--{STEP}.sql"), True),
-        ((f"pgmq-standalone--{OLD}.sql", f"pgmq-standalone--{STEP}.sql"), True)]
+    from_upstream = {f.name for f in files if f.name.split("--")[1] in MANIFEST.upstream}
+    assert batches[0] == ([f for f in files if f.name.count("--") == 1 or f.name in from_upstream], False)
+    # each of our steps after the install script it starts from
+    steps = [(f"{prefix}--{a}.sql", f"{prefix}--{a}--{b}.sql") for a, b in MANIFEST.steps
+             for prefix in ("pgmq", "pgmq-standalone")]
+    assert sorted((tuple(p.name for p in b), append) for b, append in batches[1:]) == sorted(
+        (step, True) for step in steps)
     assert pgspot.command(["pgspot"], [Path("a"), Path("b")], append=True)[-3:] == ["--append", "a", "b"]
 
 
