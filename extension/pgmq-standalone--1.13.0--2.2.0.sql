@@ -862,7 +862,7 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries'] THEN
+    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
@@ -976,7 +976,7 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries']) THEN
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
     -- Deduplicated messages go one by one (each may resolve to an earlier message).
@@ -1098,19 +1098,15 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_max       integer;
-    v_ttl       integer;
-    v_limits    boolean;
+    v_s         pgmq.queue_settings;
     v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
-    v_expired   bigint[] := '{}';
-    v_exhausted bigint[] := '{}';
+    v_dead      text[] := '{}';
+    v_dead_ids  bigint[] := '{}';
+    v_i         record;
 BEGIN
-    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits
-    INTO v_max, v_ttl, v_limits
-    FROM pgmq.queue_settings s
-    WHERE s.queue_name = read.queue_name;
-    IF v_max IS NULL AND v_ttl IS NULL AND NOT coalesce(v_limits, false) THEN
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
         RETURN QUERY EXECUTE format($q$WITH picked AS (
             SELECT msg_id
             FROM pgmq.%1$I
@@ -1133,48 +1129,63 @@ $q$, v_qtable)
         RETURN;
     END IF;
     FOR v_r IN EXECUTE format($q$WITH picked AS (
-            SELECT msg_id,
+            SELECT msg_id, priority, read_ct, headers,
+                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                            < clock_timestamp(), false) AS expired,
-                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $6), false) AS exhausted
+                            < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
+        ), judged AS (
+            SELECT p.msg_id, p.failed, j.attempts,
+                   CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                                  $9, $10)) AS back_at
+            FROM picked p
+            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        ), settled AS (
+            UPDATE pgmq.%1$I q
+            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+            FROM judged j
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
         ), done AS (
             UPDATE pgmq.%1$I q
             SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
-            FROM picked
-            WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
+            FROM judged picked
+            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
             RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
         SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
         FROM done d
         UNION ALL
-        SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
-               CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
-        FROM picked p
-        WHERE p.expired OR p.exhausted
+        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+        FROM judged j
+        WHERE j.reason IS NOT NULL
         ORDER BY 9, 1
 $q$, v_qtable)
-        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
             RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSIF v_r.reason = 'ttl' THEN
-            v_expired := v_expired || v_r.msg_id;
         ELSE
-            v_exhausted := v_exhausted || v_r.msg_id;
+            v_dead := v_dead || v_r.reason;
+            v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    IF v_expired <> '{}' THEN
-        PERFORM pgmq._dead_letter(queue_name, v_expired, 'ttl');
-    END IF;
-    IF v_exhausted <> '{}' THEN
-        PERFORM pgmq._dead_letter(queue_name, v_exhausted, 'expired');
-    END IF;
+    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+        PERFORM pgmq._dead_letter(queue_name,
+            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+            v_i.reason);
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -1216,19 +1227,15 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_max       integer;
-    v_ttl       integer;
-    v_limits    boolean;
+    v_s         pgmq.queue_settings;
     v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
-    v_expired   bigint[] := '{}';
-    v_exhausted bigint[] := '{}';
+    v_dead      text[] := '{}';
+    v_dead_ids  bigint[] := '{}';
+    v_i         record;
 BEGIN
-    SELECT CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits
-    INTO v_max, v_ttl, v_limits
-    FROM pgmq.queue_settings s
-    WHERE s.queue_name = pop.queue_name;
-    IF v_max IS NULL AND v_ttl IS NULL AND NOT coalesce(v_limits, false) THEN
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
         RETURN QUERY EXECUTE format($q$WITH picked AS (
             SELECT msg_id
             FROM pgmq.%1$I
@@ -1250,47 +1257,62 @@ $q$, v_qtable)
         RETURN;
     END IF;
     FOR v_r IN EXECUTE format($q$WITH picked AS (
-            SELECT msg_id,
+            SELECT msg_id, priority, read_ct, headers,
+                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                            < clock_timestamp(), false) AS expired,
-                   coalesce(read_ct >= 1 + coalesce((headers->>'x-pgmq-max-retries')::integer, $6), false) AS exhausted
+                            < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
+        ), judged AS (
+            SELECT p.msg_id, p.failed, j.attempts,
+                   CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                                  $9, $10)) AS back_at
+            FROM picked p
+            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        ), settled AS (
+            UPDATE pgmq.%1$I q
+            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+            FROM judged j
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
         ), done AS (
             DELETE FROM pgmq.%1$I q
-            USING picked
-            WHERE q.msg_id = picked.msg_id AND NOT (picked.expired OR picked.exhausted)
+            USING judged picked
+            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
             RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
         )
         SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
         FROM done d
         UNION ALL
-        SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL,
-               CASE WHEN p.expired THEN 'ttl' ELSE 'expired' END, NULL
-        FROM picked p
-        WHERE p.expired OR p.exhausted
+        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+        FROM judged j
+        WHERE j.reason IS NOT NULL
         ORDER BY 9, 1
 $q$, v_qtable)
-        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
             RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSIF v_r.reason = 'ttl' THEN
-            v_expired := v_expired || v_r.msg_id;
         ELSE
-            v_exhausted := v_exhausted || v_r.msg_id;
+            v_dead := v_dead || v_r.reason;
+            v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    IF v_expired <> '{}' THEN
-        PERFORM pgmq._dead_letter(queue_name, v_expired, 'ttl');
-    END IF;
-    IF v_exhausted <> '{}' THEN
-        PERFORM pgmq._dead_letter(queue_name, v_exhausted, 'expired');
-    END IF;
+    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+        PERFORM pgmq._dead_letter(queue_name,
+            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+            v_i.reason);
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -1849,28 +1871,24 @@ DECLARE
     v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_headers jsonb;
     v_policy  pgmq.queue_settings;
-    v_limit   integer;
+    v_back_at timestamptz;
 BEGIN
     EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
     INTO v_headers
     USING msg_id;
     SELECT * INTO v_policy FROM pgmq.queue_settings s
     WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
-    v_limit := coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries);
-
+    -- One clock reading: vt = last_read_at marks the message as no longer leased.
+    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay));
     EXECUTE format(
         $q$UPDATE pgmq.%I
-           SET read_ct = $2,
-               vt = clock_timestamp() + make_interval(secs => $3),
+           SET read_ct = $2, vt = $3, last_read_at = $3,
                headers = CASE WHEN $4::text IS NULL THEN headers
                               ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
            WHERE msg_id = $1$q$, v_qtable)
-    USING msg_id, attempts,
-          pgmq._retry_delay(attempts,
-                                    coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
-                                    v_policy.backoff_factor, v_policy.max_retry_delay),
-          error;
-    IF v_limit IS NOT NULL AND attempts >= 1 + v_limit THEN
+    USING msg_id, attempts, v_back_at, error;
+    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
         PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
     END IF;
 END;
@@ -2760,6 +2778,8 @@ DECLARE
     v_walked  text[] := '{}';
     v_claimed text[] := '{}';
     v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
     v_size    bigint;
 BEGIN
     IF qty IS NULL THEN
@@ -2783,6 +2803,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped.queue_name;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -2875,133 +2896,306 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF v_indexed THEN
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                FROM claimed c
-                CROSS JOIN LATERAL (
-                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
                     FROM pgmq.%1$I q
-                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ORDER BY q.msg_id
-                    LIMIT $4
-                ) m
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
     ELSE
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT s.msg_id, s.ord, s.rn, s.visible
-                FROM (
-                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
                     FROM pgmq.%1$I q
-                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                ) s
-                WHERE s.rn <= $4
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
     END IF;
 END;
 $fn$;
@@ -3052,6 +3246,8 @@ DECLARE
     v_walked  text[] := '{}';
     v_claimed text[] := '{}';
     v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -3074,6 +3270,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_rr.queue_name;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -3155,129 +3352,298 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF v_indexed THEN
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                FROM claimed c
-                CROSS JOIN LATERAL (
-                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
                     FROM pgmq.%1$I q
-                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ORDER BY q.msg_id
-                    LIMIT $4
-                ) m
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
     ELSE
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT s.msg_id, s.ord, s.rn, s.visible
-                FROM (
-                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
                     FROM pgmq.%1$I q
-                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                ) s
-                WHERE s.rn <= $4
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
     END IF;
 END;
 $fn$;
@@ -3328,6 +3694,8 @@ DECLARE
     v_walked  text[] := '{}';
     v_claimed text[] := '{}';
     v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -3350,6 +3718,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_head.queue_name;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -3431,129 +3800,298 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF v_indexed THEN
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                FROM claimed c
-                CROSS JOIN LATERAL (
-                    SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
                     FROM pgmq.%1$I q
-                    WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ORDER BY q.msg_id
-                    LIMIT $4
-                ) m
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        END IF;
     ELSE
-        RETURN QUERY EXECUTE format(
-            $q$WITH claimed AS (
-                SELECT c.k, c.ord
-                FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-            ), member AS (
-                -- the first $4 messages of each claimed group; rn 1 is the head
-                SELECT s.msg_id, s.ord, s.rn, s.visible
-                FROM (
-                    SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                           row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
                     FROM pgmq.%1$I q
-                    JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                ) s
-                WHERE s.rn <= $4
-            ), runnable AS (
-                -- the unbroken run of visible messages from the head
-                SELECT r.msg_id, r.ord, r.rn
-                FROM (
-                    SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                    FROM member
-                ) r
-                WHERE r.unbroken
-            ), chosen AS (
-                SELECT w.msg_id, w.ord, w.rn, w.pos
-                FROM (
-                    SELECT runnable.*,
-                           row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                    FROM runnable
-                ) w
-                WHERE w.pos <= $2
-            ), locked AS MATERIALIZED (
-                SELECT q.msg_id
-                FROM pgmq.%1$I q
-                WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                  AND q.vt <= $3
-                FOR UPDATE SKIP LOCKED
-            ), kept AS (
-                -- a message whose group has an older message we could not lock stays where it is
-                SELECT k.msg_id, k.pos
-                FROM (
-                    SELECT chosen.msg_id, chosen.pos,
-                           bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                    FROM chosen
-                    LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                ) k
-                WHERE k.unbroken
-            ), leased AS (
-                UPDATE pgmq.%1$I q
-                SET vt = $3 + $5,
-                    read_ct = q.read_ct + 1,
-                    last_read_at = $3
-                WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-            )
-            SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-            FROM leased
-            JOIN kept ON kept.msg_id = leased.msg_id
-            ORDER BY kept.pos$q$,
-            v_qtable)
-        USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
     END IF;
 END;
 $fn$;
@@ -5396,15 +5934,10 @@ $fn$;
 
 -- _claim_message: locks and returns the first eligible message (priority, then msg_id) for a
 -- transactional consumer, or NULL. Used by _take_message (which deletes it) and dispatch
--- (which deletes it only when the callback succeeds).
---
--- Retry on rollback, with no daemon: a visible row whose xmax is an aborted transaction was
--- taken by a consumer that rolled back (ROLLBACK, ROLLBACK TO SAVEPOINT, a killed backend or a
--- crash). When the queue (or the message) has a retry policy, the next consumer records that
--- attempt (read_ct + 1, visible again after the policy's delay, or dead-lettered when used up)
--- and does not hand that message out in the same transaction: if it did and rolled back too,
--- the recorded attempt would vanish with it. A message recorded by this transaction (xmin
--- ours, read_ct > 0) is therefore skipped until a later transaction.
+-- (which deletes it only when the callback succeeds). Rows that the delivery rules say must be
+-- settled (an expired lease, a delivery lost to a rollback: _macros/delivery.sql.j2) are
+-- settled through _record_failure and skipped; so are rows past their TTL or out of deliveries,
+-- which are dead-lettered.
 --
 -- kinds: the payload kinds the caller takes ('jsonb', 'xml'; NULL: any). An untyped queue may
 -- mix kinds (pgpro_queue allows it): only messages of those kinds are eligible. A typed queue
@@ -5420,7 +5953,6 @@ DECLARE
     v_policy pgmq.queue_settings;
     v_done   bigint[] := '{}';
     v_row    record;
-    v_limit  integer;
     v_result pgmq.message_record;
 BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
@@ -5432,9 +5964,11 @@ BEGIN
     LOOP
         EXECUTE format(
             $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      xmax::text::bigint AS xmax32,
-                      enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                          < clock_timestamp() AS expired
+                      CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                               < clock_timestamp(), false) AS expired
                FROM pgmq.%I
                WHERE vt <= clock_timestamp()
                  AND ($1::bigint IS NULL OR msg_id = $1)
@@ -5443,12 +5977,12 @@ BEGIN
                           'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
                  AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
                  AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
-                 AND NOT (read_ct > 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress')
+                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
                ORDER BY priority, msg_id
                LIMIT 1
                FOR UPDATE SKIP LOCKED$q$, v_qtable)
         INTO v_row
-        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds;
+        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds, coalesce(v_policy.retry_policy, false);
         IF v_row.msg_id IS NULL THEN
             RETURN NULL;
         END IF;
@@ -5458,15 +5992,11 @@ BEGIN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
             CONTINUE;
         END IF;
-        IF v_row.xmax32 <> 0
-           AND (v_policy.retry_policy OR v_row.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'])
-           AND pgmq._xid_status(v_row.xmax32) = 'aborted' THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + 1, 'rollback');
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
             CONTINUE;
         END IF;
-        v_limit := coalesce((v_row.headers->>'x-pgmq-max-retries')::integer,
-                            CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END);
-        IF v_limit IS NOT NULL AND v_row.read_ct >= 1 + v_limit THEN  -- used up by expired leases
+        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
             CONTINUE;
         END IF;

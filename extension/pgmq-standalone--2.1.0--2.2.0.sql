@@ -38,7 +38,1647 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.read(text, integer, integer, jsonb)
+-- replace: pgmq.pop(text, integer)
+-- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.read_grouped(text, integer, integer)
+-- replace: pgmq.read_grouped_rr(text, integer, integer)
+-- replace: pgmq.read_grouped_head(text, integer, integer)
+-- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$, v_qtable)
+    USING delay, msg, headers;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+        PERFORM pgmq._note_message_limits(queue_name);
+    END IF;
+    -- Deduplicated messages go one by one (each may resolve to an earlier message).
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+        RETURN QUERY
+        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord;
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$WITH ins AS (
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+            FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord
+            RETURNING msg_id
+        )
+        SELECT msg_id FROM ins ORDER BY msg_id$q$,
+        v_qtable)
+    USING delay, msgs, headers;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_s         pgmq.queue_settings;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
+    v_r         record;
+    v_dead      text[] := '{}';
+    v_dead_ids  bigint[] := '{}';
+    v_i         record;
+BEGIN
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
+        RETURN QUERY EXECUTE format($q$WITH picked AS (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
+            UPDATE pgmq.%1$I q
+            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+            FROM picked
+            WHERE q.msg_id = picked.msg_id
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+        FROM done d
+        ORDER BY d.priority, d.msg_id
+$q$, v_qtable)
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp();
+        RETURN;
+    END IF;
+    FOR v_r IN EXECUTE format($q$WITH picked AS (
+            SELECT msg_id, priority, read_ct, headers,
+                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), judged AS (
+            SELECT p.msg_id, p.failed, j.attempts,
+                   CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                                  $9, $10)) AS back_at
+            FROM picked p
+            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        ), settled AS (
+            UPDATE pgmq.%1$I q
+            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+            FROM judged j
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+        ), done AS (
+            UPDATE pgmq.%1$I q
+            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+            FROM judged picked
+            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+        FROM done d
+        UNION ALL
+        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+        FROM judged j
+        WHERE j.reason IS NOT NULL
+        ORDER BY 9, 1
+$q$, v_qtable)
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+    LOOP
+        IF v_r.reason IS NULL THEN
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+        ELSE
+            v_dead := v_dead || v_r.reason;
+            v_dead_ids := v_dead_ids || v_r.msg_id;
+        END IF;
+    END LOOP;
+    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+        PERFORM pgmq._dead_letter(queue_name,
+            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+            v_i.reason);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_s         pgmq.queue_settings;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
+    v_r         record;
+    v_dead      text[] := '{}';
+    v_dead_ids  bigint[] := '{}';
+    v_i         record;
+BEGIN
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
+        RETURN QUERY EXECUTE format($q$WITH picked AS (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
+            DELETE FROM pgmq.%1$I q
+            USING picked
+            WHERE q.msg_id = picked.msg_id
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+        FROM done d
+        ORDER BY d.priority, d.msg_id
+$q$, v_qtable)
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz;
+        RETURN;
+    END IF;
+    FOR v_r IN EXECUTE format($q$WITH picked AS (
+            SELECT msg_id, priority, read_ct, headers,
+                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY priority, msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), judged AS (
+            SELECT p.msg_id, p.failed, j.attempts,
+                   CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                                  $9, $10)) AS back_at
+            FROM picked p
+            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        ), settled AS (
+            UPDATE pgmq.%1$I q
+            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+            FROM judged j
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+        ), done AS (
+            DELETE FROM pgmq.%1$I q
+            USING judged picked
+            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
+            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+        )
+        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+        FROM done d
+        UNION ALL
+        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+        FROM judged j
+        WHERE j.reason IS NOT NULL
+        ORDER BY 9, 1
+$q$, v_qtable)
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+    LOOP
+        IF v_r.reason IS NULL THEN
+            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+        ELSE
+            v_dead := v_dead || v_r.reason;
+            v_dead_ids := v_dead_ids || v_r.msg_id;
+        END IF;
+    END LOOP;
+    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+        PERFORM pgmq._dead_letter(queue_name,
+            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+            v_i.reason);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_headers jsonb;
+    v_policy  pgmq.queue_settings;
+    v_back_at timestamptz;
+BEGIN
+    EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
+    INTO v_headers
+    USING msg_id;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
+    -- One clock reading: vt = last_read_at marks the message as no longer leased.
+    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay));
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2, vt = $3, last_read_at = $3,
+               headers = CASE WHEN $4::text IS NULL THEN headers
+                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, attempts, v_back_at, error;
+    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped.queue_name;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- the index passes do not count groups: count what the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_rr.queue_name;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_head.queue_name;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_done   bigint[] := '{}';
+    v_row    record;
+    v_result pgmq.message_record;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.payload_type <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    LOOP
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                               < clock_timestamp(), false) AS expired
+               FROM pgmq.%I
+               WHERE vt <= clock_timestamp()
+                 AND ($1::bigint IS NULL OR msg_id = $1)
+                 AND msg_id <> ALL ($2)
+                 AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                          'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                 AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                 AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
+                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+               ORDER BY priority, msg_id
+               LIMIT 1
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds, coalesce(v_policy.retry_policy, false);
+        IF v_row.msg_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_done := v_done || v_row.msg_id;
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.1.0--2.2.0/post.sql.j2
 -- (nothing)

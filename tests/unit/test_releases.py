@@ -56,7 +56,7 @@ def test_version_and_releases():
     assert released == sorted(released, key=version_key)
     assert version_key(VERSION) > version_key(released[-1])
     assert MANIFEST.versions == (*released, VERSION)
-    assert MANIFEST.steps == tuple(zip(MANIFEST.versions, MANIFEST.versions[1:]))
+    assert MANIFEST.steps == tuple(zip(MANIFEST.versions, MANIFEST.versions[1:], strict=False))
     assert version_key("2.10.0") > version_key("2.9.1")
 
 
