@@ -18,6 +18,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
+-- replace: pgmq._xid_status(bigint)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
@@ -126,7 +127,7 @@ $q$, v_qtable)
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
@@ -142,7 +143,7 @@ $q$, v_qtable)
             UPDATE pgmq.%1$I q
             SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
             FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
         ), done AS (
             UPDATE pgmq.%1$I q
             SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
@@ -225,7 +226,7 @@ $q$, v_qtable)
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
@@ -241,7 +242,7 @@ $q$, v_qtable)
             UPDATE pgmq.%1$I q
             SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
             FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
         ), done AS (
             DELETE FROM pgmq.%1$I q
             USING judged picked
@@ -620,7 +621,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -703,7 +704,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -1041,7 +1042,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -1122,7 +1123,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -1460,7 +1461,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -1541,7 +1542,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -1588,6 +1589,36 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
 
+CREATE OR REPLACE FUNCTION pgmq._xid_status(xid32 bigint)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_snap pg_snapshot := pg_current_snapshot();
+    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
+    v_full bigint;
+    v_status text;
+BEGIN
+    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
+        RETURN 'committed';
+    END IF;
+    v_full := (v_next & ~4294967295::bigint) | xid32;
+    IF v_full >= v_next THEN
+        v_full := v_full - 4294967296;
+    END IF;
+    IF v_full < 3 THEN
+        RETURN NULL;
+    END IF;
+    v_status := pg_xact_status(v_full::text::xid8);
+    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
+        RETURN 'committed since';
+    END IF;
+    RETURN v_status;
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record
 LANGUAGE plpgsql
@@ -1623,7 +1654,7 @@ BEGIN
                           'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
                  AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
                  AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
-                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
                ORDER BY priority, msg_id
                LIMIT 1
                FOR UPDATE SKIP LOCKED$q$, v_qtable)

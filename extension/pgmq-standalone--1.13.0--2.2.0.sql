@@ -1137,7 +1137,7 @@ $q$, v_qtable)
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
@@ -1153,7 +1153,7 @@ $q$, v_qtable)
             UPDATE pgmq.%1$I q
             SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
             FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
         ), done AS (
             UPDATE pgmq.%1$I q
             SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
@@ -1265,7 +1265,7 @@ $q$, v_qtable)
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
             ORDER BY priority, msg_id
             LIMIT $1
             FOR UPDATE SKIP LOCKED
@@ -1281,7 +1281,7 @@ $q$, v_qtable)
             UPDATE pgmq.%1$I q
             SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
             FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS NULL
+            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
         ), done AS (
             DELETE FROM pgmq.%1$I q
             USING judged picked
@@ -3072,7 +3072,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -3155,7 +3155,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -3522,7 +3522,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -3603,7 +3603,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -3970,7 +3970,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -4051,7 +4051,7 @@ $q$,
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
                       AND q.vt <= $3
-                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress'))
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
                 ), kept AS (
                     -- a message whose group has an older message we could not lock stays where it is
@@ -5907,7 +5907,9 @@ COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compat
 
 -- features/pgpro/functions/messages.sql.j2
 -- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
--- 'in progress', NULL when too old to know). The epoch comes from the current snapshot.
+-- 'in progress', NULL when too old to know), or 'committed since' when it committed after the
+-- current statement's snapshot was taken. The epoch comes from the current snapshot. Rows
+-- whose xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
 CREATE FUNCTION pgmq._xid_status(xid32 bigint)
 RETURNS text
 LANGUAGE plpgsql
@@ -5915,8 +5917,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_next bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+    v_snap pg_snapshot := pg_current_snapshot();
+    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
     v_full bigint;
+    v_status text;
 BEGIN
     IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
         RETURN 'committed';
@@ -5928,7 +5932,11 @@ BEGIN
     IF v_full < 3 THEN
         RETURN NULL;
     END IF;
-    RETURN pg_xact_status(v_full::text::xid8);
+    v_status := pg_xact_status(v_full::text::xid8);
+    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
+        RETURN 'committed since';
+    END IF;
+    RETURN v_status;
 END;
 $fn$;
 
@@ -5977,7 +5985,7 @@ BEGIN
                           'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
                  AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
                  AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
-                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
                ORDER BY priority, msg_id
                LIMIT 1
                FOR UPDATE SKIP LOCKED$q$, v_qtable)

@@ -1,0 +1,189 @@
+"""The delivery contract on every consuming path (README "Retry policies"): on a queue with a
+retry policy a delivery lost to a rollback, a rolled-back savepoint or a terminated backend is
+counted once, whichever function took it and whichever function next meets the message; an
+acknowledgement rolled back inside its lease is not a second failure. Queues without a policy
+keep upstream's behaviour."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from tests.helpers import column, scalar
+
+MAX_RETRIES = 2
+
+# One call that takes the next message of 'jobs' (None when nothing is taken).
+TAKE = {
+    "pop": "SELECT msg_id FROM pgmq.pop('jobs')",
+    "read": "SELECT msg_id FROM pgmq.read('jobs', 30, 1)",
+    "read_with_poll": "SELECT msg_id FROM pgmq.read_with_poll('jobs', 30, 1, 0)",
+    "read_grouped": "SELECT msg_id FROM pgmq.read_grouped('jobs', 30, 1)",
+    "read_grouped_rr": "SELECT msg_id FROM pgmq.read_grouped_rr('jobs', 30, 1)",
+    "read_grouped_head": "SELECT msg_id FROM pgmq.read_grouped_head('jobs', 30, 1)",
+    "read_message": "SELECT (pgmq.read_message('jobs'))->>'n'",
+    "read_message_any": "SELECT (pgmq.read_message_any('jobs')).q_jsonb->>'n'",
+}
+
+
+@pytest.fixture
+def policy_queue(conn):
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.create('dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', %s, 0, 1, NULL, 'dlq')", (MAX_RETRIES,))
+    conn.execute("SELECT pgmq.send('jobs', %s)", (Jsonb({"n": 1}),))
+    return conn
+
+
+def take(conn, how):
+    row = conn.execute(TAKE[how]).fetchone()
+    return None if row is None or row[0] is None else row[0]
+
+
+def dead_letter(conn):
+    return conn.execute("SELECT headers->'x-pgmq-dead-letter' FROM pgmq.q_dlq").fetchall()
+
+
+def deliveries_in_rolled_back_transactions(conn, how, *, savepoint=False, limit=20):
+    """Take the message in transactions that roll back whenever they got it (a failing
+    handler; the others commit, as a consumer loop does) until it is dead-lettered; returns how
+    many times it was handed out."""
+    delivered = 0
+    for _ in range(limit):
+        with conn.transaction() as tx:
+            if savepoint:
+                with conn.transaction() as sp:
+                    got = take(conn, how)
+                    if got is not None:
+                        raise psycopg.Rollback(sp)  # ROLLBACK TO SAVEPOINT; tx commits
+            else:
+                got = take(conn, how)
+                if got is not None:
+                    raise psycopg.Rollback(tx)
+        delivered += got is not None
+        if scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0:
+            break
+    return delivered
+
+
+@pytest.mark.parametrize("how", sorted(TAKE))
+def test_rolled_back_deliveries_are_counted_on_every_path(policy_queue, how):
+    conn = policy_queue
+    assert deliveries_in_rolled_back_transactions(conn, how) == 1 + MAX_RETRIES
+    (record,), = dead_letter(conn)
+    assert (record["reason"], record["attempts"]) == ("rollback", 1 + MAX_RETRIES)
+
+
+@pytest.mark.parametrize("how", ["pop", "read", "read_message"])
+def test_rolled_back_savepoints_are_counted(policy_queue, how):
+    conn = policy_queue
+    assert deliveries_in_rolled_back_transactions(conn, how, savepoint=True) == 1 + MAX_RETRIES
+    (record,), = dead_letter(conn)
+    assert record["attempts"] == 1 + MAX_RETRIES
+
+
+def test_a_settled_message_waits_for_a_later_transaction(policy_queue):
+    conn = policy_queue
+    with conn.transaction(force_rollback=True):
+        assert take(conn, "pop") is not None
+    with conn.transaction():
+        # this transaction records the lost delivery: handing the message out here would lose
+        # the count again if it rolled back too
+        assert take(conn, "pop") is None
+        assert take(conn, "read") is None
+    assert scalar(conn, "SELECT read_ct FROM pgmq.q_jobs") == 1
+    assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [2]
+
+
+def test_retry_delay_applies_to_a_lost_delivery(policy_queue):
+    conn = policy_queue
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 2, 60)")
+    with conn.transaction(force_rollback=True):
+        take(conn, "pop")
+    assert take(conn, "read") is None
+    assert scalar(conn, "SELECT round(extract(epoch FROM vt - clock_timestamp())) FROM pgmq.q_jobs") == 60
+    assert scalar(conn, "SELECT vt = last_read_at FROM pgmq.q_jobs") is True
+
+
+def test_an_ack_rolled_back_inside_its_lease_is_not_a_second_failure(policy_queue):
+    conn = policy_queue
+    msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 1, 1)")[0]
+    for ack in ("SELECT pgmq.delete('jobs', %s::bigint)", "SELECT pgmq.archive('jobs', %s::bigint)"):
+        with conn.transaction(force_rollback=True):
+            assert scalar(conn, ack, (msg_id,)) is True
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))  # the lease runs out
+    # the expired lease is settled (one failure: the lease), then handed out again
+    assert take(conn, "read") is None
+    assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [2]
+
+
+def test_a_rolled_back_take_of_an_expired_lease_counts(policy_queue):
+    conn = policy_queue
+    msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)")[0]
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    assert take(conn, "pop") is None  # the expired lease is settled first
+    with conn.transaction(force_rollback=True):
+        assert take(conn, "pop") == msg_id  # a second delivery, lost
+    assert take(conn, "read") is None  # counted
+    assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [3]  # the third
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    assert take(conn, "read") is None
+    (record,), = dead_letter(conn)
+    assert (record["reason"], record["attempts"]) == ("expired", 3)
+
+
+def test_a_delivery_lost_with_a_terminated_backend_is_counted_by_any_reader(policy_queue, connect):
+    conn = policy_queue
+    for how, next_reader in [("read_message", "read"), ("pop", "read_message"), ("read", "pop")]:
+        victim = connect(autocommit=False)
+        assert take(victim, how) is not None
+        pid = victim.info.backend_pid
+        assert scalar(conn, "SELECT pg_terminate_backend(%s, 5000)", (pid,)) is True
+        with pytest.raises(psycopg.OperationalError):
+            victim.execute("SELECT 1")
+        assert take(conn, next_reader) is None  # settled: counted, not handed out as new
+    # three lost deliveries used up 1 + MAX_RETRIES
+    (record,), = dead_letter(conn)
+    assert (record["reason"], record["attempts"]) == ("rollback", 3)
+
+
+def test_dispatch_counts_a_delivery_lost_by_another_path(policy_queue):
+    conn = policy_queue
+    conn.execute("CREATE TABLE seen (n int)")
+    conn.execute("CREATE PROCEDURE record_it(m jsonb) LANGUAGE sql AS $$ INSERT INTO seen VALUES ((m->>'n')::int) $$")
+    conn.execute("CALL pgmq.register_callback('jobs', 'public.record_it(jsonb)')")
+    with conn.transaction(force_rollback=True):
+        take(conn, "pop")
+    conn.execute("CALL pgmq.dispatch('jobs', 1)")  # settles, delivers nothing
+    assert scalar(conn, "SELECT count(*) FROM seen") == 0
+    assert scalar(conn, "SELECT read_ct FROM pgmq.q_jobs") == 1
+    conn.execute("CALL pgmq.dispatch('jobs', 1)")
+    assert scalar(conn, "SELECT count(*) FROM seen") == 1
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0
+
+
+def test_expired_leases_settle_then_dead_letter_after_max_deliveries(policy_queue):
+    conn = policy_queue
+    counts = []
+    for _ in range(10):
+        got = column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)")
+        counts += got
+        conn.execute("UPDATE pgmq.q_jobs SET vt = vt - interval '1 hour', last_read_at = last_read_at - interval '1 hour'")
+        if scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0:
+            break
+    assert counts == [1, 2, 3]
+    (record,), = dead_letter(conn)
+    assert (record["reason"], record["attempts"]) == ("expired", 3)
+
+
+@pytest.mark.parametrize("how", ["pop", "read", "read_message"])
+def test_without_a_policy_a_rolled_back_take_comes_back_as_it_was(conn, how):
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.send('jobs', %s)", (Jsonb({"n": 1}),))
+    for _ in range(5):
+        with conn.transaction(force_rollback=True):
+            assert take(conn, how) is not None
+    # upstream: at once, nothing counted
+    assert conn.execute("SELECT read_ct, last_read_at FROM pgmq.q_jobs").fetchall() == [(0, None)]
+    assert take(conn, how) is not None
