@@ -1120,7 +1120,21 @@ $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp();
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH picked AS (
+    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
+            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+            SELECT c.msg_id
+            FROM (
+                SELECT msg_id
+                FROM pgmq.%1$I
+                WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                ORDER BY priority, msg_id
+                LIMIT 2 * $1 + 32
+            ) c
+            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+            LIMIT $1
+        ), picked AS (
+            -- then each claimed row is judged and locked
             SELECT msg_id, priority, read_ct, headers,
                    CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                         WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
@@ -1128,10 +1142,9 @@ $q$, v_qtable)
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-            ORDER BY priority, msg_id
-            LIMIT $1
+            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+              AND vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             FOR UPDATE SKIP LOCKED
         ), judged AS (
             SELECT p.msg_id, p.failed, j.attempts,
@@ -1162,7 +1175,8 @@ $q$, v_qtable)
         ORDER BY 9, 1
 $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+              format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -1248,7 +1262,21 @@ $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz;
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH picked AS (
+    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
+            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+            SELECT c.msg_id
+            FROM (
+                SELECT msg_id
+                FROM pgmq.%1$I
+                WHERE vt <= clock_timestamp()
+                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                ORDER BY priority, msg_id
+                LIMIT 2 * $1 + 32
+            ) c
+            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+            LIMIT $1
+        ), picked AS (
+            -- then each claimed row is judged and locked
             SELECT msg_id, priority, read_ct, headers,
                    CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                         WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
@@ -1256,10 +1284,9 @@ $q$, v_qtable)
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-            ORDER BY priority, msg_id
-            LIMIT $1
+            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+              AND vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             FOR UPDATE SKIP LOCKED
         ), judged AS (
             SELECT p.msg_id, p.failed, j.attempts,
@@ -1289,7 +1316,8 @@ $q$, v_qtable)
         ORDER BY 9, 1
 $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+              format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -3056,6 +3084,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3064,7 +3095,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3098,7 +3129,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3139,6 +3170,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3147,7 +3181,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3181,7 +3215,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3506,6 +3540,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3514,7 +3551,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3548,7 +3585,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3587,6 +3624,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3595,7 +3635,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3629,7 +3669,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3954,6 +3994,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3962,7 +4005,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3996,7 +4039,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -4035,6 +4078,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -4043,7 +4089,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -4077,7 +4123,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5906,12 +5952,13 @@ COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compat
 -- features/pgpro/functions/messages.sql.j2
 -- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
 -- 'in progress', NULL when too old to know), or 'committed since' when it committed after the
--- current statement's snapshot was taken. The epoch comes from the current snapshot. Rows
--- whose xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
+-- calling statement's snapshot was taken. The epoch comes from that snapshot. Rows whose
+-- xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
+-- STABLE so that it sees the calling statement's snapshot (a VOLATILE function takes its own).
 CREATE FUNCTION pgmq._xid_status(xid32 bigint)
 RETURNS text
 LANGUAGE plpgsql
-VOLATILE
+STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -5957,7 +6004,9 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_policy pgmq.queue_settings;
+    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
     v_done   bigint[] := '{}';
+    v_id     bigint;
     v_row    record;
     v_result pgmq.message_record;
 BEGIN
@@ -5968,31 +6017,47 @@ BEGIN
                              array_to_string(kinds, ' or '));
     END IF;
     LOOP
+        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
         EXECUTE format(
-            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                               < clock_timestamp(), false) AS expired
-               FROM pgmq.%I
-               WHERE vt <= clock_timestamp()
-                 AND ($1::bigint IS NULL OR msg_id = $1)
-                 AND msg_id <> ALL ($2)
-                 AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
-                          'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
-                 AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
-                 AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
-                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-               ORDER BY priority, msg_id
-               LIMIT 1
-               FOR UPDATE SKIP LOCKED$q$, v_qtable)
-        INTO v_row
-        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds, coalesce(v_policy.retry_policy, false);
-        IF v_row.msg_id IS NULL THEN
+            $q$SELECT c.msg_id
+               FROM (
+                   SELECT msg_id
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                     AND ($1::bigint IS NULL OR msg_id = $1)
+                     AND msg_id <> ALL ($2)
+                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                   ORDER BY priority, msg_id
+                   LIMIT 2 * 1 + 32
+               ) c
+               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+               LIMIT 1$q$, v_qtable)
+        INTO v_id
+        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+        IF v_id IS NULL THEN
             RETURN NULL;
         END IF;
-        v_done := v_done || v_row.msg_id;
+        v_done := v_done || v_id;
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                               < clock_timestamp(), false) AS expired
+               FROM pgmq.%I
+               WHERE msg_id = $1
+                 AND vt <= clock_timestamp()
+                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
 
         IF v_row.expired THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');

@@ -1128,7 +1128,21 @@ $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp();
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH picked AS (
+    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
+            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+            SELECT c.msg_id
+            FROM (
+                SELECT msg_id
+                FROM pgmq.%1$I
+                WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                ORDER BY priority, msg_id
+                LIMIT 2 * $1 + 32
+            ) c
+            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+            LIMIT $1
+        ), picked AS (
+            -- then each claimed row is judged and locked
             SELECT msg_id, priority, read_ct, headers,
                    CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                         WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
@@ -1136,10 +1150,9 @@ $q$, v_qtable)
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-            ORDER BY priority, msg_id
-            LIMIT $1
+            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+              AND vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             FOR UPDATE SKIP LOCKED
         ), judged AS (
             SELECT p.msg_id, p.failed, j.attempts,
@@ -1170,7 +1183,8 @@ $q$, v_qtable)
         ORDER BY 9, 1
 $q$, v_qtable)
         USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+              format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -1256,7 +1270,21 @@ $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz;
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH picked AS (
+    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
+            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+            SELECT c.msg_id
+            FROM (
+                SELECT msg_id
+                FROM pgmq.%1$I
+                WHERE vt <= clock_timestamp()
+                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                ORDER BY priority, msg_id
+                LIMIT 2 * $1 + 32
+            ) c
+            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+            LIMIT $1
+        ), picked AS (
+            -- then each claimed row is judged and locked
             SELECT msg_id, priority, read_ct, headers,
                    CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                         WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
@@ -1264,10 +1292,9 @@ $q$, v_qtable)
                    coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
                             < clock_timestamp(), false) AS expired
             FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-            ORDER BY priority, msg_id
-            LIMIT $1
+            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+              AND vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             FOR UPDATE SKIP LOCKED
         ), judged AS (
             SELECT p.msg_id, p.failed, j.attempts,
@@ -1297,7 +1324,8 @@ $q$, v_qtable)
         ORDER BY 9, 1
 $q$, v_qtable)
         USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+              format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -3062,6 +3090,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3070,7 +3101,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3104,7 +3135,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3145,6 +3176,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3153,7 +3187,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3187,7 +3221,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3512,6 +3546,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3520,7 +3557,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3554,7 +3591,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3593,6 +3630,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3601,7 +3641,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -3635,7 +3675,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -3960,6 +4000,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -3968,7 +4011,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -4002,7 +4045,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -4041,6 +4084,9 @@ $q$,
                         FROM runnable
                     ) w
                     WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
                            coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
@@ -4049,7 +4095,7 @@ $q$,
                                     CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
                       AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
                     FOR UPDATE SKIP LOCKED
@@ -4083,7 +4129,7 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5908,12 +5954,13 @@ COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compat
 -- features/pgpro/functions/messages.sql.j2
 -- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
 -- 'in progress', NULL when too old to know), or 'committed since' when it committed after the
--- current statement's snapshot was taken. The epoch comes from the current snapshot. Rows
--- whose xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
+-- calling statement's snapshot was taken. The epoch comes from that snapshot. Rows whose
+-- xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
+-- STABLE so that it sees the calling statement's snapshot (a VOLATILE function takes its own).
 CREATE FUNCTION pgmq._xid_status(xid32 bigint)
 RETURNS text
 LANGUAGE plpgsql
-VOLATILE
+STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -5959,7 +6006,9 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_policy pgmq.queue_settings;
+    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
     v_done   bigint[] := '{}';
+    v_id     bigint;
     v_row    record;
     v_result pgmq.message_record;
 BEGIN
@@ -5970,31 +6019,47 @@ BEGIN
                              array_to_string(kinds, ' or '));
     END IF;
     LOOP
+        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
         EXECUTE format(
-            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                               < clock_timestamp(), false) AS expired
-               FROM pgmq.%I
-               WHERE vt <= clock_timestamp()
-                 AND ($1::bigint IS NULL OR msg_id = $1)
-                 AND msg_id <> ALL ($2)
-                 AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
-                          'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
-                 AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
-                 AND ($6::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($6))
-                 AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress') OR (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since')))
-               ORDER BY priority, msg_id
-               LIMIT 1
-               FOR UPDATE SKIP LOCKED$q$, v_qtable)
-        INTO v_row
-        USING only_msg_id, v_done, hfilter, pfilter, v_policy.message_ttl, kinds, coalesce(v_policy.retry_policy, false);
-        IF v_row.msg_id IS NULL THEN
+            $q$SELECT c.msg_id
+               FROM (
+                   SELECT msg_id
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                     AND ($1::bigint IS NULL OR msg_id = $1)
+                     AND msg_id <> ALL ($2)
+                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                   ORDER BY priority, msg_id
+                   LIMIT 2 * 1 + 32
+               ) c
+               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+               LIMIT 1$q$, v_qtable)
+        INTO v_id
+        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+        IF v_id IS NULL THEN
             RETURN NULL;
         END IF;
-        v_done := v_done || v_row.msg_id;
+        v_done := v_done || v_id;
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                               < clock_timestamp(), false) AS expired
+               FROM pgmq.%I
+               WHERE msg_id = $1
+                 AND vt <= clock_timestamp()
+                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
 
         IF v_row.expired THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
