@@ -88,15 +88,25 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_s         pgmq.queue_settings;
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
     v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
 BEGIN
-    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
+    FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         RETURN QUERY EXECUTE format($q$WITH picked AS (
             SELECT msg_id
             FROM pgmq.%1$I
@@ -172,8 +182,7 @@ $q$, v_qtable)
         WHERE j.reason IS NOT NULL
         ORDER BY 9, 1
 $q$, v_qtable)
-        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
               format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
@@ -202,15 +211,25 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_s         pgmq.queue_settings;
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
     v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
 BEGIN
-    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_ttl IS NOT NULL OR v_s.message_limits, false) THEN
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
+    FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         RETURN QUERY EXECUTE format($q$WITH picked AS (
             SELECT msg_id
             FROM pgmq.%1$I
@@ -284,8 +303,7 @@ $q$, v_qtable)
         WHERE j.reason IS NOT NULL
         ORDER BY 9, 1
 $q$, v_qtable)
-        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_s.message_ttl, CASE WHEN v_s.retry_policy THEN v_s.max_retries END,
-              coalesce(v_s.retry_policy, false), v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay,
+        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
               format('pgmq.%I', v_qtable)::regclass::oid::bigint
     LOOP
         IF v_r.reason IS NULL THEN
