@@ -6078,7 +6078,6 @@ BEGIN
         USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
         CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
 
-
         IF v_row.expired THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
             CONTINUE;
