@@ -335,19 +335,20 @@ def test_superuser_work_on_a_hostile_queue_runs_nothing_of_its_owner(mallory):
 
 def test_spark_refuses_staging_tables_of_less_privileged_roles(mallory, dsn):
     pytest.importorskip("pyarrow")
-    from pgmq_build.spark import _pg
+    from pgmq_build.spark.errors import PgmqSparkError
+    from pgmq_build.spark.staging import ensure_tables
 
     m, su = mallory, mallory.su
     m.conn.execute("CREATE TABLE mallory.staging (job_id text, part_id text, ord bigint, vt timestamptz, "
                    "message jsonb, headers jsonb, routing_key text, delay_s integer, staged_at timestamptz)")
     m.conn.execute("CREATE TRIGGER t AFTER INSERT ON mallory.staging FOR EACH ROW "
                    "EXECUTE FUNCTION mallory.evil_trigger()")
-    with pytest.raises(_pg.PgmqSparkError, match="belongs to role"):
-        _pg.ensure_tables(su, "mallory.staging", None)
-    with pytest.raises(_pg.PgmqSparkError, match="schema"):  # its schema too: it could swap tables
-        _pg.ensure_tables(su, "mallory.fresh_staging", None)
-    _pg.ensure_tables(m.conn, "mallory.staging", None)  # its own tables are fine for mallory
-    _pg.ensure_tables(su, "pgmq_spark.staging", "pgmq_spark.sink_batches")
+    with pytest.raises(PgmqSparkError, match="belongs to role"):
+        ensure_tables(su, "mallory.staging", None)
+    with pytest.raises(PgmqSparkError, match="schema"):  # its schema too: it could swap tables
+        ensure_tables(su, "mallory.fresh_staging", None)
+    ensure_tables(m.conn, "mallory.staging", None)  # its own tables are fine for mallory
+    ensure_tables(su, "pgmq_spark.staging", "pgmq_spark.sink_batches")
     _assert_nothing_escalated(m)
 
 
