@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from tests.helpers import column, scalar
+from tests.helpers import column, run_threads, scalar
 
 N_MESSAGES = 2000
 N_READERS = 6
@@ -28,11 +28,7 @@ def test_concurrent_readers_never_share_a_message(connect):
                 return
             got[i].extend(ids)
 
-    threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(conns))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=reader, args=(i,)) for i in range(len(conns))])
     counts = Counter(i for ids in got for i in ids)
     assert len(counts) == N_MESSAGES  # nothing lost
     assert max(counts.values()) == 1  # nothing delivered twice within the lease
@@ -61,11 +57,7 @@ def test_concurrent_pop_and_archive_lose_nothing(connect):
             with lock:
                 archived.extend(ids)
 
-    threads = [threading.Thread(target=f, args=(connect(),)) for f in (popper, popper, archiver, archiver)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=f, args=(connect(),)) for f in (popper, popper, archiver, archiver)])
     assert sorted(popped + archived) == list(range(1, 1001))
     assert scalar(setup, "SELECT count(*) FROM pgmq.a_jobs") == len(archived)
     assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0

@@ -10,7 +10,6 @@ after everything, mallory must not be a superuser and no entry may name the supe
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import psycopg
@@ -39,9 +38,8 @@ def _evil(body_kind: str, name: str) -> str:
 
 
 @pytest.fixture
-def mallory(conn, connect) -> Mallory:
-    name = f"mallory_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name} LOGIN")
+def mallory(conn, connect, make_role) -> Mallory:
+    name = make_role("mallory", login=True)
     conn.execute(f"CREATE SCHEMA mallory AUTHORIZATION {name}")
     m = connect(user=name)
     make_log(m, "mallory")
@@ -175,12 +173,11 @@ def test_callbacks_run_with_their_registrants_rights(mallory):
     assert scalar(su, "SELECT count(*) FROM pgmq.q_mq") == 0  # delivered: the callback succeeded
 
 
-def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallory, connect):
+def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallory, connect, make_role):
     m, su = mallory, mallory.su
     m.conn.execute(CALLBACK)
     m.conn.execute("CALL pgmq.register_callback('mq', 'mallory.cb(jsonb)')")
-    other = f"dispatcher_{uuid.uuid4().hex[:8]}"
-    su.execute(f"CREATE ROLE {other} LOGIN")
+    other = make_role("dispatcher", login=True)
     su.execute(f"GRANT SELECT, UPDATE, DELETE ON pgmq.q_mq TO {other}")
     d = connect(user=other)
     with raises_sql("42501"):
