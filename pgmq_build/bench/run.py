@@ -400,7 +400,7 @@ def short_error(exc: BaseException) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dsn", help="use this server instead of a throwaway one (the database "
                    f"{BENCH_DB} is created there, replacing any old one, and dropped at the end)")
     p.add_argument("--seconds", type=float, default=3.0,
