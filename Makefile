@@ -34,7 +34,7 @@ gates:
 	$(BUILD_PY) -m pgmq_build check
 	$(BUILD_PY) -m pgmq_build lint
 	$(BUILD_PY) -m pgmq_build pgspot
-	$(BUILD_PY) -m ruff check pgmq_build tests bench pyspark_pgmq.py
+	$(BUILD_PY) -m ruff check pgmq_build tests pyspark_pgmq.py
 
 # The README's test command: set-up, install, static gates, then the whole suite.
 test: deps
@@ -58,4 +58,4 @@ demo-spark: deps
 
 bench: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) bench/run.py $(BENCH_ARGS)
+	$(BUILD_PY) -m pgmq_build.bench $(BENCH_ARGS)

@@ -49,7 +49,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -98,8 +98,10 @@ class _Scheduler:
     empty does not erase a notification that arrived while it was looking.
     """
 
-    def __init__(self, naptime: float, once: bool) -> None:
+    def __init__(self, naptime: float, once: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cond = threading.Condition()
+        self._clock = clock  # monotonic seconds (tests pass a fake one)
         self.naptime = naptime
         self.once = once
         self.queues: list[str] = []
@@ -139,7 +141,7 @@ class _Scheduler:
     def take(self) -> tuple[str, int] | None:
         """The next queue (round robin) that may have work, with its notification count."""
         with self.cond:
-            now = time.monotonic()
+            now = self._clock()
             if not self.once and now >= self._next_poll:
                 for q in self.queues:
                     if self._hint[q] == _NONE:
@@ -159,9 +161,9 @@ class _Scheduler:
     def wait(self) -> None:
         """Sleep until a notification, the next poll, or stop."""
         with self.cond:
-            if self.stopping or self._ready(time.monotonic()):
+            if self.stopping or self._ready(self._clock()):
                 return
-            timeout = max(0.0, min(self._next_poll - time.monotonic(), _MAX_WAIT))
+            timeout = max(0.0, min(self._next_poll - self._clock(), _MAX_WAIT))
             self.cond.wait(timeout)
 
     def _ready(self, now: float) -> bool:
@@ -169,7 +171,7 @@ class _Scheduler:
 
     def has_work(self) -> bool:
         with self.cond:
-            return self._ready(time.monotonic())
+            return self._ready(self._clock())
 
     def found_work(self, queue: str) -> None:
         """Messages are there: invite idle dispatchers to help."""
@@ -186,8 +188,55 @@ class _Scheduler:
     def cool_down(self, queue: str, seconds: float) -> None:
         with self.cond:
             if queue in self._hint:
-                self._cooldown[queue] = time.monotonic() + seconds
+                self._cooldown[queue] = self._clock() + seconds
                 self._hint[queue] = _POLL if not self.once else _NONE
+
+
+# -- the pool's decisions (pure: the Worker applies them under its lock) --------------------
+
+def _should_grow(busy_since: Sequence[float | None], now: float, start_delay: float,
+                 max_workers: int, stopping: bool) -> bool:
+    """Add a dispatcher when every one of them has been working for start_delay seconds
+    without a break (busy_since: when each one's current stretch of work began, None when idle),
+    below max_workers and not stopping."""
+    n = len(busy_since)
+    if not n or n >= max_workers or stopping:
+        return False
+    return all(b is not None and now - b >= start_delay for b in busy_since)
+
+
+def _retirement(*, stopping: bool, once: bool, has_work: bool, idle_for: float,
+                idle_timeout: float, pool_size: int, min_workers: int) -> str | None:
+    """Whether a dispatcher that found nothing to take leaves the pool: None (it stays),
+    "stop" (a stop was requested), "drained" (once mode and no queue may have work) or "idle"
+    (a daemon's dispatcher idle for idle_timeout while more than min_workers remain)."""
+    if stopping:
+        return "stop"
+    if once:
+        return None if has_work else "drained"
+    if idle_for < idle_timeout or pool_size <= min_workers:
+        return None
+    return "idle"
+
+
+def _next_backoff(delay: float, max_backoff: float) -> float:
+    """The reconnect delay after another failed attempt: doubled, at most max_backoff."""
+    return min(delay * 2, max_backoff)
+
+
+def _jittered(delay: float, r: float) -> float:
+    """delay spread over [0.5, 1.5) x delay by r in [0, 1) (random.random())."""
+    return delay * (0.5 + r)
+
+
+def _connect_failed_level(attempt: int) -> int:
+    """A long outage stays visible at INFO: attempts 8, 16, 32, ... are warnings."""
+    return logging.WARNING if attempt >= 8 and attempt & (attempt - 1) == 0 else logging.DEBUG
+
+
+def _supervisor_tick(start_delay: float) -> float:
+    """How often the supervisor looks at the pool: a quarter of start_delay, within 20-250 ms."""
+    return min(0.25, max(0.02, start_delay / 4))
 
 
 class _Dispatcher:
@@ -343,12 +392,10 @@ class Worker:
             try:
                 conn = self._connect()
             except psycopg.Error as exc:
-                # a long outage stays visible at INFO: attempts 8, 16, 32, ... are warnings
-                level = logging.WARNING if attempts >= 8 and attempts & (attempts - 1) == 0 else logging.DEBUG
-                self._emit(level, "connect_failed", worker=who, attempt=attempts,
-                           error=_first_line(exc))
-                self._stop.wait(delay * (0.5 + random.random()))
-                delay = min(delay * 2, self.max_backoff)
+                self._emit(_connect_failed_level(attempts), "connect_failed", worker=who,
+                           attempt=attempts, error=_first_line(exc))
+                self._stop.wait(_jittered(delay, random.random()))
+                delay = _next_backoff(delay, self.max_backoff)
                 continue
             if attempts > 1:
                 with self._lock:
@@ -405,7 +452,7 @@ class Worker:
 
     def _run_supervisor(self) -> None:
         next_refresh = time.monotonic() + self.refresh_interval
-        tick = min(0.25, max(0.02, self.start_delay / 4))
+        tick = _supervisor_tick(self.start_delay)
         while not self._stop.wait(tick):
             now = time.monotonic()
             if self.fixed_queues is None and now >= next_refresh and self._mode == "daemon":
@@ -429,11 +476,8 @@ class Worker:
 
     def _maybe_grow(self, now: float) -> None:
         with self._lock:
-            n = len(self._pool)
-            if not n or n >= self.max_workers or self._stop.is_set():
-                return
-            if not all(d.busy_since is not None and now - d.busy_since >= self.start_delay
-                       for d in self._pool):
+            if not _should_grow([d.busy_since for d in self._pool], now, self.start_delay,
+                                self.max_workers, self._stop.is_set()):
                 return
         self._add_dispatcher(reason="busy")
 
@@ -452,19 +496,17 @@ class Worker:
         """Leave the pool when idle too long and above min_workers (or always, in once mode
         when nothing is left, or when stopping)."""
         with self._lock:
-            if not self._stop.is_set():
-                if self._mode == "once":
-                    if self._sched.has_work():
-                        return False
-                elif (time.monotonic() - d.last_work < self.idle_timeout
-                      or len(self._pool) <= self.min_workers):
-                    return False
-                else:
-                    self._pool.remove(d)
-                    n = len(self._pool)
-                    self._emit(logging.INFO, "scale_down", worker=d.name, workers=n)
-                    return True
+            once = self._mode == "once"
+            verdict = _retirement(
+                stopping=self._stop.is_set(), once=once,
+                has_work=once and self._sched.has_work(),
+                idle_for=time.monotonic() - d.last_work, idle_timeout=self.idle_timeout,
+                pool_size=len(self._pool), min_workers=self.min_workers)
+            if verdict is None:
+                return False
             self._pool.remove(d)
+            if verdict == "idle":
+                self._emit(logging.INFO, "scale_down", worker=d.name, workers=len(self._pool))
             return True
 
     # -- dispatchers ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ pytest-postgresql, and a fresh clone of it for every test."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pytest_postgresql.executors.noop import NoopExecutor
 from pgmq_build import install
 from pgmq_build.cluster import TempCluster
 from pgmq_build.manifest import MANIFEST
+from tests.helpers import NO_PARTMAN, install_partman, partman_available
 
 
 class _ServerExecutor(NoopExecutor):
@@ -99,6 +101,35 @@ def conn(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
 def queue(conn: psycopg.Connection) -> str:
     conn.execute("SELECT pgmq.create('jobs')")
     return "jobs"
+
+
+@pytest.fixture
+def make_role(conn: psycopg.Connection) -> Iterator[Callable[..., str]]:
+    """make_role(prefix, login=False) -> the name of a new role "<prefix>_<8 hex>". At the end
+    each is dropped, with what it owns (CASCADE) and its grants in the test database; fixtures
+    that make other databases where the roles hold grants drop those first (tests/upgrade)."""
+    made: list[str] = []
+
+    def _make(prefix: str, login: bool = False) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        conn.execute(f"CREATE ROLE {name}{' LOGIN' if login else ''}")
+        made.append(name)
+        return name
+
+    yield _make
+    for name in reversed(made):
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+            conn.execute(f"DROP OWNED BY {name} CASCADE")
+            conn.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def partman(conn: psycopg.Connection) -> str:
+    """pg_partman in schema `partman` of the test database (skips when the server lacks it)."""
+    if not partman_available(conn):
+        pytest.skip(NO_PARTMAN)
+    install_partman(conn)
+    return "partman"
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,13 @@
-"""Small assertion helpers shared by the integration tests."""
+"""Plain helper functions shared by the tests (fixtures are in tests/conftest.py): assertions,
+queries, sending N messages, pg_partman, waiting, threads and the command line."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 
 import psycopg
 import pytest
@@ -56,3 +60,53 @@ def restored_copy(conn: psycopg.Connection, dsn: str, tmp_path) -> Iterator[psyc
             yield copy
     finally:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def send_n(conn: psycopg.Connection, queue: str, n: int, start: int = 1, **extra: object) -> list[int]:
+    """Send n messages {"n": start}, ..., {"n": start + n - 1} (plus the ``extra`` keys in each)
+    to queue with one pgmq.send_batch; returns their msg_ids in that order."""
+    return column(conn, "SELECT * FROM pgmq.send_batch(%s, (SELECT array_agg(jsonb_build_object('n', g) "
+                        "|| %s::jsonb ORDER BY g) FROM generate_series(%s::int, %s::int) g))",
+                  (queue, json.dumps(extra), start, start + n - 1))
+
+
+# pg_partman in schema `partman`, as its 4.x documentation installs it.
+PARTMAN_SQL = ("CREATE SCHEMA partman", "CREATE EXTENSION pg_partman SCHEMA partman")
+NO_PARTMAN = "pg_partman is not installed on the server: run tools/ensure-deps.sh"
+
+
+def partman_available(conn: psycopg.Connection) -> bool:
+    """The server has pg_partman's files (the tests create the extension per database)."""
+    return bool(scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'"))
+
+
+def install_partman(conn: psycopg.Connection) -> None:
+    for stmt in PARTMAN_SQL:
+        conn.execute(stmt)
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll pred every 20 ms until it is true; fail the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def run_threads(threads: Iterable[threading.Thread]) -> None:
+    """Start every thread, then wait for all of them."""
+    threads = list(threads)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run_cli(*args: str):
+    """`pgmq-build ARGS...` in-process (click's CliRunner); returns the click Result."""
+    from click.testing import CliRunner
+
+    from pgmq_build import cli
+
+    return CliRunner().invoke(cli.main, list(args))

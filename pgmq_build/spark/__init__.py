@@ -68,9 +68,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pgmq_build.spark needs the spark extra: pip install 'pgmq-build[spark]' "
                       f"({exc})") from exc
 
-from ._pg import PgmqSparkError, cleanup_staging
 from .claims import Finished, ack, consume, nack
+from .errors import PgmqSparkError
 from .source import PgmqDataSource
+from .staging import cleanup_staging
 
 __all__ = ["PgmqDataSource", "PgmqSparkError", "Finished", "register", "consume", "ack", "nack",
            "publish", "cleanup_staging"]

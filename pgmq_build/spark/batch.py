@@ -15,8 +15,12 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from . import _pg
+from . import publishing, staging
+from .claims import claim
+from .connections import connect, resolve_queue
+from .errors import PgmqSparkError
 from .options import ReadSpec, WriteSpec
+from .snapshot import msg_id_bounds, read_range, split_range
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +48,23 @@ class SnapshotReader(DataSourceReader):
 
     def __init__(self, spec: ReadSpec) -> None:
         self.spec = spec
-        with _pg.connect(spec.dsn, autocommit=True) as conn:
-            self.info = _pg.resolve_queue(conn, spec.queue)
+        with connect(spec.dsn, autocommit=True) as conn:
+            self.info = resolve_queue(conn, spec.queue)
 
     def partitions(self) -> Sequence[InputPartition]:
-        with _pg.connect(self.spec.dsn, autocommit=True) as conn:
-            bounds = _pg.msg_id_bounds(conn, self.info, self.spec.table)
+        with connect(self.spec.dsn, autocommit=True) as conn:
+            bounds = msg_id_bounds(conn, self.info, self.spec.table)
         if bounds is None:
             return [RangePartition(0, 0)]
         first, last = bounds
         n = self.spec.num_partitions or max(
             1, min(MAX_DEFAULT_PARTITIONS, -(-(last - first + 1) // ROWS_PER_PARTITION)))
-        return [RangePartition(a, b) for a, b in _pg.split_range(first, last, n)]
+        return [RangePartition(a, b) for a, b in split_range(first, last, n)]
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         if partition.hi <= partition.lo:
             return
-        yield from _pg.read_range(self.spec.dsn, self.info, self.spec.table, partition.lo,
+        yield from read_range(self.spec.dsn, self.info, self.spec.table, partition.lo,
                                   partition.hi)
 
 
@@ -71,8 +75,8 @@ class ClaimReader(DataSourceReader):
 
     def __init__(self, spec: ReadSpec) -> None:
         self.spec = spec
-        with _pg.connect(spec.dsn, autocommit=True) as conn:
-            self.info = _pg.resolve_queue(conn, spec.queue)
+        with connect(spec.dsn, autocommit=True) as conn:
+            self.info = resolve_queue(conn, spec.queue)
 
     def partitions(self) -> Sequence[InputPartition]:
         total = self.spec.claim_max
@@ -81,7 +85,7 @@ class ClaimReader(DataSourceReader):
 
     def read(self, partition: ClaimPartition) -> Iterator[pa.RecordBatch]:
         assert self.spec.claim_vt is not None
-        yield from _pg.claim(self.spec.dsn, self.info, self.spec.claim_vt, partition.qty,
+        yield from claim(self.spec.dsn, self.info, self.spec.claim_vt, partition.qty,
                              self.spec.conditional)
 
 
@@ -93,52 +97,52 @@ class Published(WriterCommitMessage):
     rows: int
 
 
-def target_of(spec: WriteSpec) -> _pg.Target:
+def target_of(spec: WriteSpec) -> publishing.Target:
     """Resolve (driver side) where rows go; checks that the queue exists."""
     if spec.routed:
         if spec.exchange:
-            with _pg.connect(spec.dsn, autocommit=True) as conn:
+            with connect(spec.dsn, autocommit=True) as conn:
                 found = conn.execute("SELECT to_regprocedure("
                                      "'pgmq.publish(text, text, jsonb, jsonb, integer)')").fetchone()[0]
             if found is None:
-                raise _pg.PgmqSparkError("option exchange needs pgmq.publish(exchange_name, "
+                raise PgmqSparkError("option exchange needs pgmq.publish(exchange_name, "
                                          "routing_key, msg, headers, delay), which this pgmq "
                                          "build lacks")
-        return _pg.Target(exchange=spec.exchange, routed=True,
+        return publishing.Target(exchange=spec.exchange, routed=True,
                           allow_unroutable=spec.allow_unroutable)
     assert spec.queue is not None
-    with _pg.connect(spec.dsn, autocommit=True) as conn:
-        info = _pg.resolve_queue(conn, spec.queue, create=spec.create_queue)
-    return _pg.Target(queue=info)
+    with connect(spec.dsn, autocommit=True) as conn:
+        info = resolve_queue(conn, spec.queue, create=spec.create_queue)
+    return publishing.Target(queue=info)
 
 
 def prepare_staging(spec: WriteSpec, with_progress: bool) -> None:
-    with _pg.connect(spec.dsn, autocommit=True) as conn:
-        _pg.ensure_tables(conn, spec.staging_table, spec.progress_table if with_progress else None)
+    with connect(spec.dsn, autocommit=True) as conn:
+        staging.ensure_tables(conn, spec.staging_table, spec.progress_table if with_progress else None)
 
 
-def publish_task(spec: WriteSpec, target: _pg.Target, batches: Iterator[pa.RecordBatch],
+def publish_task(spec: WriteSpec, target: publishing.Target, batches: Iterator[pa.RecordBatch],
                  job_id: str | None) -> Published:
     """One Spark task: every row of the partition in one transaction, either straight into the
     target (job_id None) or into the staging table under job_id."""
-    part_id = _pg.new_id()
+    part_id = publishing.new_id()
     rows = 0
-    with _pg.connect(spec.dsn) as conn, conn.cursor() as cur:
-        clock = _pg.Clock(cur)
+    with connect(spec.dsn) as conn, conn.cursor() as cur:
+        clock = publishing.Clock(cur)
         for batch in batches:
             if not batch.num_rows:
                 continue
-            enc = _pg.encode(batch, spec.columns, clock.now(), routed=spec.routed)
+            enc = publishing.encode(batch, spec.columns, clock.now(), routed=spec.routed)
             if job_id is not None:
-                rows += _pg.stage_rows(cur, spec.staging_table, job_id, part_id, rows, enc)
+                rows += staging.stage_rows(cur, spec.staging_table, job_id, part_id, rows, enc)
             elif spec.routed:
-                rows += _pg.route_rows(cur, enc, spec.exchange, spec.allow_unroutable)
+                rows += publishing.route_rows(cur, enc, spec.exchange, spec.allow_unroutable)
             elif spec.write_mode == "send":
                 assert target.queue is not None
-                rows += _pg.send_batch_rows(cur, target.queue.queue, enc)
+                rows += publishing.send_batch_rows(cur, target.queue.queue, enc)
             else:
                 assert target.queue is not None
-                rows += _pg.copy_rows(cur, target.queue, enc)
+                rows += publishing.copy_rows(cur, target.queue, enc)
         conn.commit()
     return Published(part_id, rows)
 
@@ -153,7 +157,7 @@ class PublishWriter(DataSourceArrowWriter):
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
         self.target = target_of(spec)
-        self.job_id = _pg.new_id() if spec.exactly_once else None
+        self.job_id = publishing.new_id() if spec.exactly_once else None
         if spec.exactly_once:
             prepare_staging(spec, with_progress=spec.idempotency_key is not None)
 
@@ -165,7 +169,7 @@ class PublishWriter(DataSourceArrowWriter):
             return
         parts = [(m.part_id, m.rows) for m in messages if isinstance(m, Published)]
         key = self.spec.idempotency_key
-        done, rows = _pg.commit_staged(
+        done, rows = staging.commit_staged(
             self.spec.dsn, self.spec.staging_table, self.job_id, parts, self.target,
             progress=self.spec.progress_table if key else None,
             sink_id=f"batch:{key}" if key else None, batch_id=0 if key else None)
@@ -175,4 +179,4 @@ class PublishWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job_id is not None:
-            _pg.abort_staged(self.spec.dsn, self.spec.staging_table, self.job_id)
+            staging.abort_staged(self.spec.dsn, self.spec.staging_table, self.job_id)

@@ -1,18 +1,26 @@
 """Competing-consumer batches: consume() claims messages with pgmq.read (visibility timeout,
 FOR UPDATE SKIP LOCKED), materialized exactly once; ack() and nack() finish them by msg_id,
-fenced by the lease (msg_id and vt as claimed)."""
+fenced by the lease (msg_id and vt as claimed).
+
+No pyspark import at module level: claim() runs in the claim reader's tasks and fenced_finish()
+in ack()/nack()'s tasks, the DataFrame functions get the session from their arguments."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import psycopg
 import pyarrow as pa
+from psycopg import sql
 
-from . import _pg
+from .connections import QueueInfo, connect, resolve_queue
+from .errors import PgmqSparkError
+from .snapshot import QUEUE_COLUMNS, RECORD_SELECT, copy_out_batches
 
 # consume() tags the msg_id column with {"pgmq.claim": token}; the DSN stays in this process.
 _CLAIMS: dict[str, tuple[str, str]] = {}
@@ -27,6 +35,54 @@ class Finished:
     done: int
     skipped: int
 
+
+# -- the SQL side: one claim, one lease-fenced finish
+
+def claim(dsn: str, info: QueueInfo, vt: int, qty: int,
+          conditional: str | None) -> list[pa.RecordBatch]:
+    """``pgmq.read(queue, vt, qty)`` in one transaction; the rows are returned only after it has
+    committed (a claim that fails to commit hands nothing to Spark)."""
+    query = sql.SQL("SELECT " + RECORD_SELECT + " FROM pgmq.read(queue_name => %s::text, "
+                    "vt => %s::integer, qty => %s::integer, conditional => %s::jsonb)")
+    with connect(dsn) as conn, conn.cursor() as cur:
+        batches = list(copy_out_batches(cur, query, (info.queue, vt, qty, conditional or "{}"),
+                                        QUEUE_COLUMNS))
+        conn.commit()
+    return batches
+
+
+_FENCE = ("SELECT q.msg_id FROM {q} q JOIN unnest(%s::bigint[], %s::timestamptz[]) AS c(id, vt) "
+          "ON q.msg_id = c.id AND q.vt = c.vt ORDER BY q.msg_id FOR UPDATE OF q")
+
+
+def fenced_finish(conn: psycopg.Connection, info: QueueInfo, ids: Sequence[int],
+                  vts: Sequence[datetime], mode: str, error: str | None = None) -> int:
+    """Delete, archive or nack the claimed messages that still carry the lease we got (same
+    msg_id and vt), in one transaction. A message whose lease expired and was taken by someone
+    else, or that is gone, is skipped. Returns how many were finished."""
+    if not ids:
+        return 0
+    fence = sql.SQL(_FENCE).format(q=info.q)
+    if mode == "delete":
+        stmt = sql.SQL("SELECT count(*) FROM pgmq.delete(queue_name => %s::text, "
+                       "msg_ids => ARRAY({})::bigint[])").format(fence)
+        params: tuple = (info.queue, list(ids), list(vts))
+    elif mode == "archive":
+        stmt = sql.SQL("SELECT count(*) FROM pgmq.archive(queue_name => %s::text, "
+                       "msg_ids => ARRAY({})::bigint[])").format(fence)
+        params = (info.queue, list(ids), list(vts))
+    elif mode == "nack":
+        stmt = sql.SQL("SELECT count(*) FILTER (WHERE pgmq.nack(queue_name => %s::text, "
+                       "msg_id => f.msg_id, error => %s::text)) FROM ({}) f").format(fence)
+        params = (info.queue, error, list(ids), list(vts))
+    else:
+        raise PgmqSparkError(f"mode must be 'delete', 'archive' or 'nack', got {mode!r}")
+    with conn.transaction():
+        n = conn.execute(stmt, params).fetchone()[0]
+    return int(n)
+
+
+# -- the DataFrame API (driver side)
 
 def _default_partitions(spark) -> int:
     try:
@@ -78,7 +134,7 @@ def _resolve(df, dsn: str | None, queue: str | None) -> tuple[str, str]:
         meta = df.schema["msg_id"].metadata or {}
     known = _CLAIMS.get(meta.get(CLAIM_KEY, ""))
     if known is None:
-        raise _pg.PgmqSparkError("this DataFrame does not come from pgmq_build.spark.consume() in "
+        raise PgmqSparkError("this DataFrame does not come from pgmq_build.spark.consume() in "
                                  "this process (its msg_id column lost the claim tag): pass dsn= "
                                  "and queue=")
     return dsn or known[0], queue or known[1]
@@ -88,9 +144,9 @@ def _finish(df, mode: str, dsn: str | None, queue: str | None, error: str | None
     dsn, queue = _resolve(df, dsn, queue)
     for col in ("msg_id", "vt"):
         if col not in df.columns:
-            raise _pg.PgmqSparkError(f"{mode} needs the columns msg_id and vt of the claim")
-    with _pg.connect(dsn, autocommit=True) as conn:
-        info = _pg.resolve_queue(conn, queue)
+            raise PgmqSparkError(f"{mode} needs the columns msg_id and vt of the claim")
+    with connect(dsn, autocommit=True) as conn:
+        info = resolve_queue(conn, queue)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         done = rows = 0
@@ -100,11 +156,11 @@ def _finish(df, mode: str, dsn: str | None, queue: str | None, error: str | None
                 if not batch.num_rows:
                     continue
                 if conn is None:
-                    conn = _pg.connect(dsn, autocommit=True)
+                    conn = connect(dsn, autocommit=True)
                 ids = batch.column("msg_id").to_pylist()
                 vts = batch.column("vt").to_pylist()
                 rows += len(ids)
-                done += _pg.fenced_finish(conn, info, ids, vts, mode, error)
+                done += fenced_finish(conn, info, ids, vts, mode, error)
         finally:
             if conn is not None:
                 conn.close()

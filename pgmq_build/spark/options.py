@@ -14,7 +14,9 @@ from urllib.parse import urlparse
 
 from psycopg.conninfo import make_conninfo
 
-from ._pg import DEFAULT_PROGRESS_TABLE, DEFAULT_STAGING_TABLE, Columns, PgmqSparkError
+from .errors import PgmqSparkError
+from .publishing import Columns
+from .staging import DEFAULT_PROGRESS_TABLE, DEFAULT_STAGING_TABLE
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off"}

@@ -1,5 +1,18 @@
 """The "pgmq" Python data source: batch read (snapshot or claim), batch write, stream read and
-stream write. Options are documented in pgmq_build/spark/__init__.py."""
+stream write. Options are documented in pgmq_build/spark/__init__.py.
+
+Where each direction lives (the modules marked * import no pyspark and run on executors too):
+
+* batch.py: SnapshotReader, ClaimReader, PublishWriter (Spark's side of batch reads and writes)
+* stream.py: PgmqStreamReader, PgmqStreamWriter (Spark's side of streaming)
+* options.py*: option parsing into picklable specs
+* connections.py*: connections, quoted names, a queue's tables; errors.py*: PgmqSparkError
+* snapshot.py*: rows as Arrow (COPY to CSV parsed by pyarrow), msg_id ranges
+* claims.py*: pgmq.read claims, lease-fenced ack/nack, and consume() / ack() / nack()
+* offsets.py*: the stream reader's offsets, safe high-water mark, planning and acks
+* publishing.py*: Arrow batch encoding and the insert paths (COPY, send, topics, exchanges)
+* staging.py*: exactly-once publishing (staging table, sink progress, the connector's tables)
+"""
 
 from __future__ import annotations
 
@@ -12,7 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._pg import PgmqSparkError
+from .errors import PgmqSparkError
 from .options import read_spec, stream_spec, write_spec
 
 QUEUE_SCHEMA = ("msg_id long, read_ct int, enqueued_at timestamp, last_read_at timestamp, "

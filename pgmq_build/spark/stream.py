@@ -1,5 +1,10 @@
 """Streaming: ``spark.readStream.format("pgmq")`` (offsets = msg_id with a safe high-water mark,
-ack on commit) and ``writeStream.format("pgmq")`` (exactly-once by recorded batch ids)."""
+ack on commit) and ``writeStream.format("pgmq")`` (exactly-once by recorded batch ids).
+
+The stream source is PgmqStreamReader here (what Spark calls: offsets, partitions, commit, read)
+plus offsets.py, its SQL side without pyspark (Offset, the safe high-water mark, batch planning,
+the range ack); a partition's rows are read by snapshot.read_range. The sink publishes through
+batch.publish_task and commits a batch with staging.commit_staged."""
 
 from __future__ import annotations
 
@@ -21,9 +26,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from . import _pg
+from . import offsets, staging
 from .batch import Published, prepare_staging, publish_task, target_of
+from .connections import connect, resolve_queue
+from .errors import PgmqSparkError
+from .offsets import Offset
 from .options import StreamSpec, WriteSpec, sink_id
+from .snapshot import read_range
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +55,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     onCommit) runs in commit(end) and, because Spark never commits the last batch of a run, in
     latestOffset(start) too: Spark asks for the next offset only once ``start``'s batch is in the
     commit log. The high-water mark is "safe": no transaction that may still commit a msg_id
-    below it is running (see _pg.safe_high_water_mark).
+    below it is running (see offsets.safe_high_water_mark).
 
     The instance Spark uses for offsets and commits lives in one driver process for the whole
     query and keeps a connection; read() runs on executors on a pickled copy without it.
@@ -55,10 +64,10 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: StreamSpec) -> None:
         self.spec = spec
         self._conn = None
-        with _pg.connect(spec.dsn, autocommit=True) as conn:
-            self.info = _pg.resolve_queue(conn, spec.queue)
-        self._initial: _pg.Offset | None = None
-        self._acked: _pg.Offset | None = None  # everything up to here is acked
+        with connect(spec.dsn, autocommit=True) as conn:
+            self.info = resolve_queue(conn, spec.queue)
+        self._initial: Offset | None = None
+        self._acked: Offset | None = None  # everything up to here is acked
         self._safe = 0  # the highest high-water mark proven safe so far
         self._target: int | None = None  # Trigger.AvailableNow: never go past this
 
@@ -71,14 +80,14 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _db(self):
         if self._conn is None or self._conn.closed:
-            self._conn = _pg.connect(self.spec.dsn, autocommit=True)
+            self._conn = connect(self.spec.dsn, autocommit=True)
         return self._conn
 
     def _high_water_mark(self) -> int:
         conn = self._db()
         if not self.spec.safe_offsets:
-            return _pg.last_msg_id(conn, self.info)
-        high, settled = _pg.safe_high_water_mark(conn, self.info, self.spec.inflight_wait)
+            return offsets.last_msg_id(conn, self.info)
+        high, settled = offsets.safe_high_water_mark(conn, self.info, self.spec.inflight_wait)
         if settled:
             self._safe = max(self._safe, high)
         else:
@@ -88,9 +97,9 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
         if self.spec.starting == "latest":
-            self._initial = _pg.Offset(self._high_water_mark())
+            self._initial = Offset(self._high_water_mark())
         else:
-            self._initial = _pg.Offset(0)
+            self._initial = Offset(0)
         return self._initial.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
@@ -101,46 +110,46 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = self._high_water_mark()
 
-    def _ack(self, upto: _pg.Offset) -> None:
+    def _ack(self, upto: Offset) -> None:
         if self.spec.on_commit == "none":
             return
-        done = self._acked or _pg.Offset(0)
+        done = self._acked or Offset(0)
         if self._acked is not None and upto.msg_id < done.msg_id:
             return
-        n = _pg.ack_range(self._db(), self.info, done, upto, self.spec.on_commit)
+        n = offsets.ack_range(self._db(), self.info, done, upto, self.spec.on_commit)
         self._acked = upto
         if n:
             log.info("pgmq stream %s: %s %d message(s) up to %d", self.spec.queue,
                      self.spec.on_commit + "d", n, upto.msg_id)
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
-        begin = _pg.Offset.from_json(start) if start is not None else (self._initial or _pg.Offset())
+        begin = Offset.from_json(start) if start is not None else (self._initial or Offset())
         # ``start``'s batch is in Spark's commit log by now: ack it (this is what acks the last
         # batch of an availableNow run). Never ack the initial offset: with
         # startingOffsets=latest it covers messages this query never delivered.
         if self.spec.ack_on_latest_offset and start is not None and begin != self._initial:
             self._ack(begin)
         high = self._high_water_mark()
-        last = _pg.last_msg_id(self._db(), self.info) if self.spec.safe_offsets else high
+        last = offsets.last_msg_id(self._db(), self.info) if self.spec.safe_offsets else high
         if last < begin.msg_id:
-            raise _pg.PgmqSparkError(
+            raise PgmqSparkError(
                 f"queue {self.spec.queue!r}: its msg_id sequence ({last}) is behind this stream's "
                 f"offset ({begin.msg_id}); was the queue dropped and re-created? Start the query "
                 "with a new checkpoint location")
         if self._target is not None:
             high = min(high, self._target)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = _pg.plan_batch(self._db(), self.info, begin, max(high, begin.msg_id), max_rows,
+        end = offsets.plan_batch(self._db(), self.info, begin, max(high, begin.msg_id), max_rows,
                              self.spec.respect_visibility, self.spec.max_pending)
         return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        parts = _pg.stream_parts(_pg.Offset.from_json(start), _pg.Offset.from_json(end),
+        parts = offsets.stream_parts(Offset.from_json(start), Offset.from_json(end),
                                  self.spec.num_partitions)
         return [StreamPartition(lo, hi, ex, inc) for lo, hi, ex, inc in parts]
 
     def commit(self, end: dict) -> None:
-        self._ack(_pg.Offset.from_json(end))
+        self._ack(Offset.from_json(end))
 
     def stop(self) -> None:
         if self._conn is not None:
@@ -152,7 +161,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         if partition.hi <= partition.lo and not partition.include:
             return
-        yield from _pg.read_range(self.spec.dsn, self.info, "queue", partition.lo, partition.hi,
+        yield from read_range(self.spec.dsn, self.info, "queue", partition.lo, partition.hi,
                                   partition.exclude, partition.include)
 
 
@@ -189,7 +198,7 @@ class PgmqStreamWriter(DataSourceStreamArrowWriter):
         if not self.spec.exactly_once:
             return
         parts = [(m.part_id, m.rows) for m in messages if isinstance(m, Published)]
-        done, rows = _pg.commit_staged(
+        done, rows = staging.commit_staged(
             self.spec.dsn, self.spec.staging_table, self._job(batchId), parts, self.target,
             progress=self.spec.progress_table, sink_id=sink_id(self.spec, self.key),
             batch_id=batchId)
@@ -198,4 +207,4 @@ class PgmqStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         if self.spec.exactly_once:
-            _pg.abort_staged(self.spec.dsn, self.spec.staging_table, self._job(batchId))
+            staging.abort_staged(self.spec.dsn, self.spec.staging_table, self._job(batchId))

@@ -5,7 +5,6 @@ tables belong to the extension's owner (tests/integration/test_escalation.py say
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import psycopg
@@ -24,11 +23,8 @@ class Roles:
 
 
 @pytest.fixture
-def roles(conn, connect) -> Roles:
-    tag = uuid.uuid4().hex[:8]
-    names = {k: f"{k}_{tag}" for k in ("owner", "granted", "ungranted")}
-    for n in names.values():
-        conn.execute(f"CREATE ROLE {n} LOGIN")
+def roles(conn, connect, make_role) -> Roles:
+    names = {k: make_role(k, login=True) for k in ("owner", "granted", "ungranted")}
     r = Roles(owner=connect(user=names["owner"]), granted=connect(user=names["granted"]),
               ungranted=connect(user=names["ungranted"]), su=conn, names=names)
     r.owner.execute("SELECT pgmq.create('orders')")

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.helpers import column, raises_sql, scalar
+from tests.helpers import column, raises_sql, run_threads, scalar, send_n
 
 HANDLER = """
 CREATE TABLE public.handled (n int NOT NULL, attempt_ok boolean);
@@ -29,11 +29,6 @@ def cb(conn):
     conn.execute("CALL pgmq.create_queue('work', 'N', 'dead', 2, 0)")
     conn.execute("CALL pgmq.register_callback('work', 'public.handle(jsonb)')")
     return conn
-
-
-def send_n(conn, n, start=1):
-    conn.execute("SELECT pgmq.send_batch('work', (SELECT array_agg(jsonb_build_object('n', g)) "
-                 "FROM generate_series(%s::int, %s::int) g))", (start, start + n - 1))
 
 
 def test_register_validation(conn):
@@ -82,7 +77,7 @@ def test_drop_queue_unregisters(cb):
 
 
 def test_dispatch_runs_each_message_once(cb):
-    send_n(cb, 25)
+    send_n(cb, "work", 25)
     cb.execute("CALL pgmq.dispatch('work', 10)")
     assert scalar(cb, "SELECT count(*) FROM public.handled") == 10
     cb.execute("CALL pgmq.dispatch()")
@@ -92,7 +87,7 @@ def test_dispatch_runs_each_message_once(cb):
 
 def test_failing_callback_retries_then_dead_letters_without_blocking_others(cb):
     cb.execute("SELECT pgmq.send('work', '{\"n\": 1, \"fail\": true}')")
-    send_n(cb, 2, start=2)
+    send_n(cb, "work", 2, start=2)
     cb.execute("CALL pgmq.dispatch('work', 100)")
     # the good ones ran once each; the bad one ran 1 + 2 retries and its side effects rolled back
     assert sorted(column(cb, "SELECT n FROM public.handled")) == [2, 3]
@@ -112,13 +107,9 @@ def test_dispatch_validation(cb):
 
 
 def test_concurrent_dispatchers_run_each_message_exactly_once(cb, connect):
-    send_n(cb, 200)
+    send_n(cb, "work", 200)
     workers = [connect() for _ in range(4)]
-    threads = [threading.Thread(target=w.execute, args=("CALL pgmq.dispatch('work', 1000)",)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=w.execute, args=("CALL pgmq.dispatch('work', 1000)",)) for w in workers])
     assert sorted(column(cb, "SELECT n FROM public.handled")) == list(range(1, 201))
 
 
@@ -127,7 +118,7 @@ def test_killed_dispatcher_loses_nothing(cb, connect):
                "BEGIN PERFORM pg_sleep(30); END $$")
     cb.execute("CALL pgmq.unregister_callback('work', 'public.handle(jsonb)')")
     cb.execute("CALL pgmq.register_callback('work', 'public.slow(jsonb)')")
-    send_n(cb, 1)
+    send_n(cb, "work", 1)
     victim = connect()
     t = threading.Thread(target=lambda: _swallow(victim.execute, "CALL pgmq.dispatch('work', 1)"))
     t.start()

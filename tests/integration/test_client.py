@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from pgmq_build.client import Client, Message, QueueMetrics
-from tests.helpers import column, raises_sql, scalar
+from tests.helpers import column, raises_sql, scalar, wait_for
 
 
 @pytest.fixture
@@ -350,13 +350,6 @@ def run_consumer(client: Client, queue: str, handler, **kwargs) -> tuple[Future,
     return pool.submit(client.consume, queue, handler, **kwargs), pool
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_consume_archives_each_message_and_stops(client, conn):
     ids = client.send_batch("jobs", [{"n": n} for n in range(25)])
     seen: list[int] = []
@@ -506,7 +499,8 @@ def test_consume_wakes_on_listen_before_the_poll_interval(client, conn):
 
     future, pool = run_consumer(client, "jobs", handler, poll_interval=5, stop=stop)
     try:
-        wait_until(lambda: scalar(conn, "SELECT count(*) FROM pgmq.list_notify_insert_throttles()") == 1)
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM pgmq.list_notify_insert_throttles()") == 1, timeout=10,
+                 what="the notify throttle")
         time.sleep(0.5)  # the consumer has done its first (empty) read and is waiting
         sent_at = time.monotonic()
         conn.execute("SELECT pgmq.send('jobs', '{\"wake\": \"up\"}')")

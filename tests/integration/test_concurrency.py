@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from tests.helpers import column, scalar
+from tests.helpers import column, run_threads, scalar, send_n
 
 N_MESSAGES = 2000
 N_READERS = 6
@@ -14,8 +14,7 @@ N_READERS = 6
 def test_concurrent_readers_never_share_a_message(connect):
     setup = connect()
     setup.execute("SELECT pgmq.create('jobs')")
-    setup.execute("SELECT pgmq.send_batch('jobs', (SELECT array_agg(jsonb_build_object('n', g)) "
-                  "FROM generate_series(1, %s) g))", (N_MESSAGES,))
+    send_n(setup, "jobs", N_MESSAGES)
     conns = [connect() for _ in range(N_READERS)]
     got: list[list[int]] = [[] for _ in conns]
     barrier = threading.Barrier(len(conns))
@@ -28,11 +27,7 @@ def test_concurrent_readers_never_share_a_message(connect):
                 return
             got[i].extend(ids)
 
-    threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(conns))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=reader, args=(i,)) for i in range(len(conns))])
     counts = Counter(i for ids in got for i in ids)
     assert len(counts) == N_MESSAGES  # nothing lost
     assert max(counts.values()) == 1  # nothing delivered twice within the lease
@@ -43,8 +38,7 @@ def test_concurrent_readers_never_share_a_message(connect):
 def test_concurrent_pop_and_archive_lose_nothing(connect):
     setup = connect()
     setup.execute("SELECT pgmq.create('jobs')")
-    setup.execute("SELECT pgmq.send_batch('jobs', (SELECT array_agg(jsonb_build_object('n', g)) "
-                  "FROM generate_series(1, 1000) g))")
+    send_n(setup, "jobs", 1000)
     popped: list[int] = []
     archived: list[int] = []
     lock = threading.Lock()
@@ -61,11 +55,7 @@ def test_concurrent_pop_and_archive_lose_nothing(connect):
             with lock:
                 archived.extend(ids)
 
-    threads = [threading.Thread(target=f, args=(connect(),)) for f in (popper, popper, archiver, archiver)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=f, args=(connect(),)) for f in (popper, popper, archiver, archiver)])
     assert sorted(popped + archived) == list(range(1, 1001))
     assert scalar(setup, "SELECT count(*) FROM pgmq.a_jobs") == len(archived)
     assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from pgmq_build.cluster import TempCluster
+from tests.helpers import send_n
 
 N = 400
 
@@ -48,8 +49,7 @@ def test_crash_loses_nothing_and_delivers_nothing_twice(capsys):
             admin.execute("CREATE TABLE consumed (n int NOT NULL)")
             admin.execute("CALL pgmq.create_queue('dead')")
             admin.execute("CALL pgmq.create_queue('work', 'N', 'dead', 3, 0)")
-            admin.execute("SELECT pgmq.send_batch('work', (SELECT array_agg(jsonb_build_object('n', g)) "
-                          "FROM generate_series(1, %s) g))", (N,))
+            send_n(admin, "work", N)
         stop = threading.Event()
         threads = [threading.Thread(target=consumer, args=(dsn, stop, random.Random(i)), daemon=True)
                    for i in range(4)]

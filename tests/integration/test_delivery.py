@@ -8,7 +8,7 @@ import time
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.helpers import column, raises_sql, scalar
+from tests.helpers import column, raises_sql, run_threads, scalar
 
 
 def send(conn, queue, msg, headers=None, delay=0):
@@ -220,11 +220,7 @@ def test_concurrent_duplicate_sends_make_one_message(connect):
         barrier.wait()
         got.append(send(c, "jobs", {}, {"x-pgmq-dedup-id": "same"}))
 
-    threads = [threading.Thread(target=sender, args=(c,)) for c in conns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=sender, args=(c,)) for c in conns])
     assert len(set(got)) == 1 and len(got) == 6
     assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 1
 

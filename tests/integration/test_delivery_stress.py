@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from pgmq_build.cluster import TempCluster
+from tests.helpers import send_n
 
 N = 150
 MAX_RETRIES = 2
@@ -118,8 +119,7 @@ def test_mixed_consumers_count_every_failure_once(capsys):
             admin.execute("SELECT pgmq.create('dead')")
             admin.execute("SELECT pgmq.set_retry_policy('work', %s, 0, 1, NULL, 'dead')", (MAX_RETRIES,))
             admin.execute("CALL pgmq.register_callback('work', 'public.handle_work(jsonb)')")
-            admin.execute("SELECT pgmq.send_batch('work', (SELECT array_agg(jsonb_build_object('n', g)) "
-                          "FROM generate_series(1, %s) g))", (N,))
+            send_n(admin, "work", N)
         stop = threading.Event()
         threads = [threading.Thread(target=run, args=(dsn, consume, stop, random.Random(i)), daemon=True)
                    for i, consume in enumerate(CONSUMERS * 2)]

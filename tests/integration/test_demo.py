@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgmq_build.demo import run_demo
-from tests.helpers import scalar
+from tests.helpers import run_cli, scalar
 
 
 def test_demo_runs_every_step_and_cleans_up(dsn, conn):
@@ -23,11 +23,9 @@ def test_demo_runs_every_step_and_cleans_up(dsn, conn):
 def test_migrate_demo_runs_and_shows_the_messages_kept(dsn, conn):
     """`make demo-migrate` / `pgmq-build demo --migrate`: upstream from the PyPI package, a queue
     in use, migrated in place, in a scratch database that is dropped afterwards."""
-    from click.testing import CliRunner
 
-    from pgmq_build import cli
 
-    result = CliRunner().invoke(cli.main, ["demo", "--migrate", "--dsn", dsn])
+    result = run_cli("demo", "--migrate", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     text = result.output
     for step in range(1, 7):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import column, restored_copy, scalar
 
@@ -27,9 +25,8 @@ def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_clust
         assert scalar(r, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == MANIFEST.version
 
 
-def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path):
-    role = f"restore_reader_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {role}")
+def test_dump_and_restore_keep_exchanges_bindings_and_access(conn, dsn, tmp_path, make_role):
+    role = make_role("restore_reader")
     conn.execute("SELECT pgmq.create('eu')")
     conn.execute("SELECT pgmq.create('logs')")
     conn.execute("SELECT pgmq.create_exchange('orders', 'direct')")

@@ -10,7 +10,6 @@ after everything, mallory must not be a superuser and no entry may name the supe
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import psycopg
@@ -39,9 +38,8 @@ def _evil(body_kind: str, name: str) -> str:
 
 
 @pytest.fixture
-def mallory(conn, connect) -> Mallory:
-    name = f"mallory_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name} LOGIN")
+def mallory(conn, connect, make_role) -> Mallory:
+    name = make_role("mallory", login=True)
     conn.execute(f"CREATE SCHEMA mallory AUTHORIZATION {name}")
     m = connect(user=name)
     make_log(m, "mallory")
@@ -175,12 +173,11 @@ def test_callbacks_run_with_their_registrants_rights(mallory):
     assert scalar(su, "SELECT count(*) FROM pgmq.q_mq") == 0  # delivered: the callback succeeded
 
 
-def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallory, connect):
+def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallory, connect, make_role):
     m, su = mallory, mallory.su
     m.conn.execute(CALLBACK)
     m.conn.execute("CALL pgmq.register_callback('mq', 'mallory.cb(jsonb)')")
-    other = f"dispatcher_{uuid.uuid4().hex[:8]}"
-    su.execute(f"CREATE ROLE {other} LOGIN")
+    other = make_role("dispatcher", login=True)
     su.execute(f"GRANT SELECT, UPDATE, DELETE ON pgmq.q_mq TO {other}")
     d = connect(user=other)
     with raises_sql("42501"):
@@ -335,19 +332,20 @@ def test_superuser_work_on_a_hostile_queue_runs_nothing_of_its_owner(mallory):
 
 def test_spark_refuses_staging_tables_of_less_privileged_roles(mallory, dsn):
     pytest.importorskip("pyarrow")
-    from pgmq_build.spark import _pg
+    from pgmq_build.spark.errors import PgmqSparkError
+    from pgmq_build.spark.staging import ensure_tables
 
     m, su = mallory, mallory.su
     m.conn.execute("CREATE TABLE mallory.staging (job_id text, part_id text, ord bigint, vt timestamptz, "
                    "message jsonb, headers jsonb, routing_key text, delay_s integer, staged_at timestamptz)")
     m.conn.execute("CREATE TRIGGER t AFTER INSERT ON mallory.staging FOR EACH ROW "
                    "EXECUTE FUNCTION mallory.evil_trigger()")
-    with pytest.raises(_pg.PgmqSparkError, match="belongs to role"):
-        _pg.ensure_tables(su, "mallory.staging", None)
-    with pytest.raises(_pg.PgmqSparkError, match="schema"):  # its schema too: it could swap tables
-        _pg.ensure_tables(su, "mallory.fresh_staging", None)
-    _pg.ensure_tables(m.conn, "mallory.staging", None)  # its own tables are fine for mallory
-    _pg.ensure_tables(su, "pgmq_spark.staging", "pgmq_spark.sink_batches")
+    with pytest.raises(PgmqSparkError, match="belongs to role"):
+        ensure_tables(su, "mallory.staging", None)
+    with pytest.raises(PgmqSparkError, match="schema"):  # its schema too: it could swap tables
+        ensure_tables(su, "mallory.fresh_staging", None)
+    ensure_tables(m.conn, "mallory.staging", None)  # its own tables are fine for mallory
+    ensure_tables(su, "pgmq_spark.staging", "pgmq_spark.sink_batches")
     _assert_nothing_escalated(m)
 
 

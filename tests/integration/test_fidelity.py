@@ -26,11 +26,11 @@ import pytest
 
 from pgmq_build.errors import DECLARED
 from pgmq_build.manifest import MANIFEST
-from tests.helpers import scalar
+from tests.helpers import NO_PARTMAN, PARTMAN_SQL, scalar
+from tests.helpers import partman_available as has_partman
 
 Q = ("SELECT pgmq.create('jobs')",)
 MSG = Q + ("SELECT pgmq.send('jobs', '{}')", "SELECT pgmq.send('jobs', '{}', '{\"x-pgmq-group\": \"g\"}'::jsonb)")
-PM = ("CREATE SCHEMA partman", "CREATE EXTENSION pg_partman SCHEMA partman")
 BOUND = Q + ("SELECT pgmq.bind_topic('a.*', 'jobs')",)
 ANY = object()  # a result that is not compared
 
@@ -443,7 +443,7 @@ def run(conn: psycopg.Connection, case: Case) -> tuple[tuple, list]:
     conn.add_notice_handler(handler)
     try:
         with conn.transaction(force_rollback=True):
-            for sql in (PM if case.partman else ()) + case.setup:
+            for sql in (PARTMAN_SQL if case.partman else ()) + case.setup:
                 conn.execute(sql)
             seen.clear()
             try:
@@ -467,13 +467,13 @@ def check(conn, case: Case, who: str) -> None:
 
 @pytest.fixture(scope="module")
 def partman_available(ours) -> bool:
-    return bool(scalar(ours, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'"))
+    return has_partman(ours)
 
 
 @pytest.mark.parametrize("case", ERRORS + DIFFERENT + NOTICES, ids=lambda c: c.id)
 def test_same_as_upstream(ours, upstream, partman_available, case):
     if case.partman and not partman_available:
-        pytest.skip("pg_partman is not installed on the server: run tools/ensure-deps.sh")
+        pytest.skip(NO_PARTMAN)
     check(ours, case, "ours")
     if case.upstream:
         check(upstream, case, "upstream")
@@ -509,15 +509,6 @@ CALLER_PATH = 'public, "$user", pg_temp'  # a search_path of the caller's own (n
 
 def settings(conn: psycopg.Connection) -> list[tuple[str, str]]:
     return conn.execute(SETTINGS).fetchall()
-
-
-@pytest.fixture
-def partman(conn):
-    if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'") == 0:
-        pytest.skip("pg_partman is not installed on the server: run tools/ensure-deps.sh")
-    for sql in PM:
-        conn.execute(sql)
-    return "partman"
 
 
 # pg_partman 4 sets search_path at session level; these call it (create_partitioned.sql.j2)
@@ -571,7 +562,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
         return inside, scalar(c, "SHOW search_path")
 
     assert scenario(conn) == ("pg_catalog, public", "pg_catalog, public")
-    install = ";".join(PM) + ";" + upstream_sql()
+    install = ";".join(PARTMAN_SQL) + ";" + upstream_sql()
     with contextlib.closing(_database(pg_cluster, install)) as databases:
         assert scenario(next(databases)) == ("pg_catalog, public", "pg_catalog, public")
 
@@ -861,14 +852,14 @@ NOT_AS_UPSTREAM = {
 
 def catalog(conn) -> set[tuple[str, tuple]]:
     with conn.transaction(force_rollback=True):
-        for sql in PM + tuple(SHAPES):
+        for sql in PARTMAN_SQL + tuple(SHAPES):
             conn.execute(sql)
         return {(kind, tuple(row)) for kind, sql in CATALOG.items() for row in conn.execute(sql)}
 
 
 def test_upstreams_relations_keep_their_kind_and_shape(ours, upstream, partman_available):
     if not partman_available:
-        pytest.skip("pg_partman is not installed on the server: run tools/ensure-deps.sh")
+        pytest.skip(NO_PARTMAN)
     theirs, mine = catalog(upstream), catalog(ours)
     assert theirs - mine == NOT_AS_UPSTREAM
     # our additions to upstream's relations come after upstream's columns

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 import psycopg
 import pytest
 
-from tests.helpers import column, notices, raises_sql, scalar
+from tests.helpers import column, notices, raises_sql, run_threads, scalar
 
 COLS = ["msg_id", "read_ct", "enqueued_at", "last_read_at", "vt", "message", "headers"]
 READERS = ["read_grouped", "read_grouped_rr", "read_grouped_head"]
@@ -220,11 +220,7 @@ def test_simultaneous_readers_never_take_the_same_group(connect, reader):
         barrier.wait()
         got[i] = read(readers[i], reader, qty=3)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(readers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([threading.Thread(target=work, args=(i,)) for i in range(len(readers))])
     owners = defaultdict(set)
     for i, tags in enumerate(got):
         for tag in tags:
@@ -340,11 +336,7 @@ def test_the_grouped_readers_use_the_fifo_index(conn, queue):
             assert seq_scanned(f"SELECT * FROM pgmq.{reader}('jobs', 30, 10)") == 0, reader
 
 
-def test_partitioned_queue(conn):
-    if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'") == 0:
-        pytest.skip("pg_partman is not installed on the server: run tools/ensure-deps.sh")
-    conn.execute("CREATE SCHEMA partman")
-    conn.execute("CREATE EXTENSION pg_partman SCHEMA partman")
+def test_partitioned_queue(conn, partman):
     conn.execute("SELECT pgmq.create_partitioned('jobs', '4', '100')")
     send(conn, "A1 B1 A2 C1 B2 A3 A4 B3 C2")  # across three partitions
     assert read(conn, "read_grouped_rr", vt=0) == ["A1", "B1", "C1", "A2", "B2", "C2", "A3", "B3", "A4"]
@@ -498,10 +490,7 @@ def test_concurrent_consumers_keep_every_group_in_order(connect, reader, indexed
     threads = [threading.Thread(target=consume, args=(model, c, f"c{i}", reader, i))
                for i, c in enumerate(consumers)]
     threads.append(threading.Thread(target=produce, args=(model, connect(), later)))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(threads)
     assert model.errors == []
     assert len(model.deliveries) == len(tags)
     assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgmq_build.render import render_install
-from tests.helpers import scalar
+from tests.helpers import install_partman, partman_available, scalar
 
 RECORD = "PERFORM pg_catalog.nextval('public.hijack_calls'); "
 RAISE = "RAISE EXCEPTION 'hijacked: %%', %s USING ERRCODE = 'P0666';"
@@ -301,9 +301,9 @@ SCENARIO = [
 @pytest.fixture
 def mallory(conn, dsn):
     """Role mallory owns schema public and has planted look-alikes there."""
-    partman = scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'")
+    partman = partman_available(conn)
     if partman:
-        conn.execute("CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman")
+        install_partman(conn)
     conn.execute(SETUP)
     # Roles are cluster-wide: an earlier test's mallory may exist (its objects left with its database).
     conn.execute("DO $$BEGIN CREATE ROLE mallory LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$")

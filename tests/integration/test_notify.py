@@ -19,11 +19,17 @@ def listen(connect, channel: str) -> psycopg.Connection:
     return listener
 
 
-def test_notification_arrives_at_commit_not_before(connect):
+def notifying(connect, queue: str = "jobs", throttle_ms: int = 0) -> tuple[psycopg.Connection, psycopg.Connection]:
+    """A new queue with insert notifications (throttle_ms): (an admin connection, a connection
+    listening on the queue's channel)."""
     admin = connect()
-    admin.execute("SELECT pgmq.create('jobs')")
-    admin.execute("SELECT pgmq.enable_notify_insert('jobs', 0)")
-    listener = listen(connect, "pgmq.q_jobs.INSERT")
+    admin.execute("SELECT pgmq.create(%s::text)", (queue,))
+    admin.execute("SELECT pgmq.enable_notify_insert(%s::text, %s::integer)", (queue, throttle_ms))
+    return admin, listen(connect, f"pgmq.q_{queue}.INSERT")
+
+
+def test_notification_arrives_at_commit_not_before(connect):
+    admin, listener = notifying(connect)
     producer = connect(autocommit=False)
     producer.execute("SELECT pgmq.send('jobs', '{}')")
     assert drain(listener, 0.3) == []
@@ -32,10 +38,7 @@ def test_notification_arrives_at_commit_not_before(connect):
 
 
 def test_rolled_back_send_notifies_nobody(connect):
-    admin = connect()
-    admin.execute("SELECT pgmq.create('jobs')")
-    admin.execute("SELECT pgmq.enable_notify_insert('jobs', 0)")
-    listener = listen(connect, "pgmq.q_jobs.INSERT")
+    admin, listener = notifying(connect)
     producer = connect(autocommit=False)
     producer.execute("SELECT pgmq.send('jobs', '{}')")
     producer.rollback()
@@ -43,19 +46,13 @@ def test_rolled_back_send_notifies_nobody(connect):
 
 
 def test_mixed_case_queue_names_notify_on_their_own_channel(connect):
-    admin = connect()
-    admin.execute("SELECT pgmq.create('MyQueue')")
-    admin.execute("SELECT pgmq.enable_notify_insert('MyQueue', 0)")
-    listener = listen(connect, "pgmq.q_MyQueue.INSERT")
+    admin, listener = notifying(connect, "MyQueue")
     admin.execute("SELECT pgmq.send('MyQueue', '{}')")
     assert drain(listener) == [("pgmq.q_MyQueue.INSERT", "")]
 
 
 def test_throttle_limits_notifications(connect):
-    admin = connect()
-    admin.execute("SELECT pgmq.create('jobs')")
-    admin.execute("SELECT pgmq.enable_notify_insert('jobs', 1000)")
-    listener = listen(connect, "pgmq.q_jobs.INSERT")
+    admin, listener = notifying(connect, throttle_ms=1000)
     for _ in range(5):
         admin.execute("SELECT pgmq.send('jobs', '{}')")
     assert len(drain(listener)) == 1
@@ -76,10 +73,7 @@ def test_default_throttle_and_listing(connect):
 
 
 def test_update_notify_insert(connect):
-    admin = connect()
-    admin.execute("SELECT pgmq.create('jobs')")
-    admin.execute("SELECT pgmq.enable_notify_insert('jobs', 5000)")
-    listener = listen(connect, "pgmq.q_jobs.INSERT")
+    admin, listener = notifying(connect, throttle_ms=5000)
     admin.execute("SELECT pgmq.send('jobs', '{}')")
     assert len(drain(listener)) == 1
     admin.execute("SELECT pgmq.update_notify_insert('jobs', 0)")

@@ -10,21 +10,11 @@ import datetime as dt
 
 import pytest
 
-from tests.helpers import column, notices, raises_sql, scalar
+from tests.helpers import NO_PARTMAN, column, notices, partman_available, raises_sql, scalar, send_n
 
 QCOLS = ["msg_id", "read_ct", "enqueued_at", "last_read_at", "vt", "message", "headers"]
 ACOLS = ["msg_id", "read_ct", "enqueued_at", "last_read_at", "archived_at", "vt", "message", "headers"]
 REQUIRED = "pg_partman is required for partitioned queues"
-
-
-@pytest.fixture
-def partman(conn):
-    """pg_partman in schema `partman`, as its 4.x documentation installs it."""
-    if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'") == 0:
-        pytest.skip("pg_partman is not installed on the server: run tools/ensure-deps.sh")
-    conn.execute("CREATE SCHEMA partman")
-    conn.execute("CREATE EXTENSION pg_partman SCHEMA partman")
-    return "partman"
 
 
 def columns(conn, table):
@@ -68,11 +58,6 @@ def part_config(conn, table, schema="partman"):
                            FROM {schema}.part_config WHERE parent_table = %s""", (table,))
     row = cur.fetchone()
     return None if row is None else dict(zip([d.name for d in cur.description], row, strict=True))
-
-
-def send_n(conn, queue, n):
-    return column(conn, "SELECT * FROM pgmq.send_batch(%s, (SELECT array_agg(jsonb_build_object('n', g) "
-                        "ORDER BY g) FROM generate_series(1, %s) g))", (queue, n))
 
 
 def where(conn, table, msg_id):
@@ -293,8 +278,8 @@ def test_names_with_a_period_are_refused(conn, partman):
 
 
 def test_pg_partman_in_another_schema(conn):
-    if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'") == 0:
-        pytest.skip("pg_partman is not installed on the server")
+    if not partman_available(conn):
+        pytest.skip(NO_PARTMAN)
     conn.execute("CREATE SCHEMA pm_elsewhere")
     conn.execute("CREATE EXTENSION pg_partman SCHEMA pm_elsewhere")
     conn.execute("SELECT pgmq.create_partitioned('orders', '10', '20', 1)")

@@ -448,14 +448,6 @@ def test_unlogged_typed_queue(conn):
     assert pop_one(conn, "u", "bytea") == b"\x01\x02"
 
 
-@pytest.fixture
-def partman(conn):
-    if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'") == 0:
-        pytest.skip("pg_partman is not installed on the server")
-    conn.execute("CREATE SCHEMA partman")
-    conn.execute("CREATE EXTENSION pg_partman SCHEMA partman")
-
-
 def test_partitioned_typed_queue_constrains_every_partition(conn, partman):
     conn.execute("SELECT pgmq.create_partitioned('p', '10', '100', 2)")
     conn.execute("SELECT pgmq.set_payload_type('p', 'text')")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.helpers import column, notices, raises_sql, scalar
+from tests.helpers import column, notices, raises_sql, scalar, send_n
 
 
 @pytest.fixture
@@ -205,8 +205,7 @@ def test_no_policy_queue_behaves_like_upstream(conn, connect):
 
 
 def test_concurrent_transactional_readers_never_share(pq, connect):
-    pq.execute("SELECT pgmq.send_batch('work', (SELECT array_agg(jsonb_build_object('n', g)) "
-                "FROM generate_series(1, 300) g))")
+    send_n(pq, "work", 300)
     readers = [connect(autocommit=False) for _ in range(4)]
     seen: list[int] = []
     while True:

@@ -8,18 +8,13 @@ import time
 
 import pytest
 
-from tests.helpers import column, raises_sql, scalar
+from tests.helpers import column, raises_sql, scalar, send_n
 
 COLS = ["msg_id", "read_ct", "enqueued_at", "last_read_at", "vt", "message", "headers"]
 
 
-def send_n(conn, n, queue="jobs"):
-    return column(conn, "SELECT * FROM pgmq.send_batch(%s, (SELECT array_agg(jsonb_build_object('n', g) "
-                        "ORDER BY g) FROM generate_series(1, %s) g))", (queue, n))
-
-
 def test_read_leases_in_order_and_counts(conn, queue):
-    ids = send_n(conn, 5)
+    ids = send_n(conn, "jobs", 5)
     cur = conn.execute("SELECT * FROM pgmq.read(queue_name => 'jobs', vt => 30, qty => 3)")
     assert [d.name for d in cur.description] == COLS
     rows = cur.fetchall()
@@ -33,7 +28,7 @@ def test_read_leases_in_order_and_counts(conn, queue):
 
 
 def test_expired_lease_redelivers_with_higher_read_ct(conn, queue):
-    send_n(conn, 1)
+    send_n(conn, "jobs", 1)
     assert conn.execute("SELECT read_ct FROM pgmq.read('jobs', 0, 1)").fetchone() == (1,)
     assert conn.execute("SELECT read_ct FROM pgmq.read('jobs', 0, 1)").fetchone() == (2,)
 
@@ -46,7 +41,7 @@ def test_read_conditional_filters_by_containment(conn, queue):
 
 
 def test_read_qty_zero_and_negative(conn, queue):
-    send_n(conn, 2)
+    send_n(conn, "jobs", 2)
     assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 0)") == []
     with raises_sql("2201W"):
         conn.execute("SELECT * FROM pgmq.read('jobs', 30, -1)")
@@ -77,7 +72,7 @@ def test_read_with_poll_gives_up_after_max_poll_seconds(conn, queue):
 
 
 def test_read_with_poll_named_arguments_and_validation(conn, queue):
-    send_n(conn, 1)
+    send_n(conn, "jobs", 1)
     rows = conn.execute("""SELECT * FROM pgmq.read_with_poll(queue_name => 'jobs', vt => 5, qty => 1,
                            max_poll_seconds => 1, poll_interval_ms => 10, conditional => '{"n": 1}')""").fetchall()
     assert len(rows) == 1
@@ -88,7 +83,7 @@ def test_read_with_poll_named_arguments_and_validation(conn, queue):
 
 
 def test_pop_deletes_without_counting(conn, queue):
-    ids = send_n(conn, 4)
+    ids = send_n(conn, "jobs", 4)
     cur = conn.execute("SELECT * FROM pgmq.pop('jobs')")
     assert [d.name for d in cur.description] == COLS
     assert [(r[0], r[1]) for r in cur.fetchall()] == [(ids[0], 0)]
@@ -97,13 +92,13 @@ def test_pop_deletes_without_counting(conn, queue):
 
 
 def test_pop_skips_invisible(conn, queue):
-    send_n(conn, 2)
+    send_n(conn, "jobs", 2)
     conn.execute("SELECT * FROM pgmq.read('jobs', 30, 1)")
     assert column(conn, "SELECT msg_id FROM pgmq.pop('jobs', 5)") == [2]
 
 
 def test_delete_single_and_batch(conn, queue):
-    ids = send_n(conn, 4)
+    ids = send_n(conn, "jobs", 4)
     assert scalar(conn, "SELECT pgmq.delete('jobs', %s::bigint)", (ids[0],)) is True
     assert scalar(conn, "SELECT pgmq.delete('jobs', %s::bigint)", (ids[0],)) is False
     got = column(conn, "SELECT * FROM pgmq.delete('jobs', %s::bigint[])", ([ids[1], ids[2], 999],))
@@ -112,7 +107,7 @@ def test_delete_single_and_batch(conn, queue):
 
 
 def test_archive_single_and_batch(conn, queue):
-    ids = send_n(conn, 3)
+    ids = send_n(conn, "jobs", 3)
     conn.execute("SELECT * FROM pgmq.read('jobs', 30, 1)")
     assert scalar(conn, "SELECT pgmq.archive(queue_name => 'jobs', msg_id => %s::bigint)", (ids[0],)) is True
     assert scalar(conn, "SELECT pgmq.archive('jobs', %s::bigint)", (ids[0],)) is False
@@ -131,7 +126,7 @@ def test_archive_single_and_batch(conn, queue):
     ("pgmq.set_vt(queue_name => 'jobs', msg_ids => %s::bigint[], vt => clock_timestamp() + interval '100 s')", "many"),
 ])
 def test_set_vt_forms(conn, queue, call, param):
-    ids = send_n(conn, 2)
+    ids = send_n(conn, "jobs", 2)
     arg = ids[0] if param == "one" else [ids[0], 12345]
     cur = conn.execute(f"SELECT * FROM {call}", (arg,))
     assert [d.name for d in cur.description] == COLS
@@ -142,7 +137,7 @@ def test_set_vt_forms(conn, queue, call, param):
 
 
 def test_set_vt_zero_releases_a_lease(conn, queue):
-    send_n(conn, 1)
+    send_n(conn, "jobs", 1)
     conn.execute("SELECT * FROM pgmq.read('jobs', 300, 1)")
     conn.execute("SELECT * FROM pgmq.set_vt('jobs', 1::bigint, 0)")
     assert conn.execute("SELECT msg_id, read_ct FROM pgmq.read('jobs', 30, 1)").fetchall() == [(1, 2)]
@@ -163,7 +158,7 @@ def test_metrics(conn, queue):
         "queue_name", "queue_length", "newest_msg_age_sec", "oldest_msg_age_sec", "total_messages",
         "scrape_time", "queue_visible_length", "default_partition_length"]
     assert empty.fetchone()[:5] == ("jobs", 0, None, None, 0)
-    send_n(conn, 5)
+    send_n(conn, "jobs", 5)
     conn.execute("SELECT pgmq.send('jobs', '{}', 100)")
     conn.execute("SELECT * FROM pgmq.read('jobs', 30, 2)")
     conn.execute("SELECT pgmq.delete('jobs', 5::bigint)")
@@ -183,5 +178,5 @@ def test_metrics_all(conn):
 
 def test_read_on_unlogged_queue(conn):
     conn.execute("SELECT pgmq.create_unlogged('u')")
-    send_n(conn, 2, "u")
+    send_n(conn, "u", 2)
     assert column(conn, "SELECT msg_id FROM pgmq.read('u', 10, 5)") == [1, 2]

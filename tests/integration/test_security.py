@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from pgmq_build.manifest import MANIFEST
-from tests.helpers import scalar
+from tests.helpers import install_partman, partman_available, scalar
 
 # ----------------------------------------------------------------------------- hostile values
 
@@ -389,8 +389,8 @@ def run_case(conn, case: Case, value, baseline: set[str]) -> None:
 @pytest.fixture
 def hostile_db(conn):
     if any(c.needs == "partman" for c in CASES):
-        if scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'"):
-            conn.execute("CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman")
+        if partman_available(conn):
+            install_partman(conn)
     conn.execute(SETUP)
     return conn
 

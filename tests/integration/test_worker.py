@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pgmq_build.cli import main
 from pgmq_build.cluster import TempCluster
 from pgmq_build.worker import Worker
-from tests.helpers import column, scalar
+from tests.helpers import column, scalar, send_n, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,21 +55,6 @@ def setup_db(conn: psycopg.Connection, retries: int | None = 2, delay: int = 0) 
 def cb(conn: psycopg.Connection) -> psycopg.Connection:
     setup_db(conn)
     return conn
-
-
-def send_n(conn: psycopg.Connection, n: int, start: int = 1, queue: str = "work", **extra: object) -> None:
-    conn.execute(
-        "SELECT pgmq.send_batch(%s, (SELECT array_agg(jsonb_build_object('n', g) || %s::jsonb) "
-        "FROM generate_series(%s::int, %s::int) g))",
-        (queue, json.dumps(extra), start, start + n - 1))
-
-
-def wait_for(pred: Callable[[], object], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def assert_exactly_once(conn: psycopg.Connection, expected: set[int]) -> None:
@@ -126,10 +111,10 @@ def json_lines(stderr: str) -> list[dict]:
 
 def test_each_message_runs_once_with_several_workers(cb, dsn, events):
     logger, ev = events
-    send_n(cb, 150)
+    send_n(cb, "work", 150)
     with Worker(dsn, min_workers=4, max_workers=4, naptime_ms=50, batch=7, logger=logger) as w:
         for start in range(151, 301, 30):  # more arrive while it runs, one transaction each
-            send_n(cb, 30, start=start)
+            send_n(cb, "work", 30, start=start)
         wait_for(lambda: scalar(cb, "SELECT count(*) FROM public.handled") >= 300, what="300 callbacks")
         wait_for(lambda: w.totals.done == 300, what="totals")
         assert w.workers == 4
@@ -149,7 +134,7 @@ def test_notification_wakes_an_idle_worker_before_its_naptime(cb, dsn):
                  what="notifications enabled")
         time.sleep(0.3)  # past the first poll: from now on only a notification wakes it
         sent = time.monotonic()
-        send_n(cb, 1)
+        send_n(cb, "work", 1)
         wait_for(lambda: w.totals.done == 1, timeout=3, what="the callback")
         assert time.monotonic() - sent < 1.0  # the next poll would be 10 s away
 
@@ -160,7 +145,7 @@ def test_new_registrations_are_picked_up(cb, dsn, events):
         assert w.queues == ["work"]
         cb.execute("SELECT pgmq.create('late')")
         cb.execute("CALL pgmq.register_callback('late', 'public.handle(jsonb)')")
-        send_n(cb, 3, queue="late")
+        send_n(cb, "late", 3)
         wait_for(lambda: w.totals.done == 3, what="the late queue's messages")
     assert ("queues", {"queues": ["late", "work"], "added": ["late"], "removed": []}) in ev.seen
 
@@ -168,7 +153,7 @@ def test_new_registrations_are_picked_up(cb, dsn, events):
 def test_failures_retry_after_the_policy_delay_then_dead_letter(conn, dsn):
     setup_db(conn, retries=2, delay=1)
     conn.execute("""SELECT pgmq.send('work', '{"n": 1, "fail": true}')""")
-    send_n(conn, 2, start=2)
+    send_n(conn, "work", 2, start=2)
     began = time.monotonic()
     with Worker(dsn, min_workers=2, naptime_ms=50) as w:
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM pgmq.q_dead") == 1, what="the dead letter")
@@ -182,7 +167,7 @@ def test_failures_retry_after_the_policy_delay_then_dead_letter(conn, dsn):
 
 
 def test_once_exits_zero_when_drained(cb, dsn):
-    send_n(cb, 40)
+    send_n(cb, "work", 40)
     cb.execute("""SELECT pgmq.send('work', '{"n": 0, "fail": true}')""")
     proc = spawn(dsn, "--once", "--min-workers", "2", "--batch", "10")
     _, err = proc.communicate(timeout=30)
@@ -204,7 +189,7 @@ def test_once_reports_errors_with_status_1(cb, dsn):
 
 
 def test_sigterm_lets_in_flight_callbacks_finish_and_exits_zero(cb, dsn):
-    send_n(cb, 6, sleep=1)
+    send_n(cb, "work", 6, sleep=1)
     proc = spawn(dsn, "--min-workers", "2", "--max-workers", "2")
     try:
         wait_for(lambda: in_flight(cb) == 2, what="two callbacks in flight")
@@ -227,7 +212,7 @@ def test_sigterm_lets_in_flight_callbacks_finish_and_exits_zero(cb, dsn):
 
 
 def test_sigkill_mid_callback_loses_nothing(cb, dsn):
-    send_n(cb, 12, sleep=0.3)
+    send_n(cb, "work", 12, sleep=0.3)
     # the server notices the dead client within 100 ms and rolls the in-flight callbacks back
     proc = spawn(f"{dsn} options='-c client_connection_check_interval=100'", "--min-workers", "3")
     try:
@@ -258,14 +243,14 @@ def test_server_restart_worker_reconnects_and_finishes(pg_cluster, events):
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("CREATE EXTENSION pgmq")
             setup_db(admin, retries=None)
-            send_n(admin, 60, sleep=0.05)
+            send_n(admin, "work", 60, sleep=0.05)
         w = Worker(dsn, min_workers=2, naptime_ms=100, max_backoff=0.5, logger=logger).start()
         try:
             with psycopg.connect(dsn, autocommit=True) as admin:
                 wait_for(lambda: scalar(admin, "SELECT count(*) FROM public.handled") >= 10, what="progress")
             cluster.pg_ctl("restart")
             with psycopg.connect(dsn, autocommit=True) as admin:
-                send_n(admin, 20, start=61)  # after the restart: found through the new LISTEN
+                send_n(admin, "work", 20, start=61)  # after the restart: found through the new LISTEN
                 wait_for(lambda: scalar(admin, "SELECT count(*) FROM pgmq.q_work") == 0, timeout=30,
                          what="the queue to drain")
                 w.stop()
@@ -281,7 +266,7 @@ def test_server_restart_worker_reconnects_and_finishes(pg_cluster, events):
 
 def test_pool_scales_up_when_busy_and_back_down_when_idle(cb, dsn, events):
     logger, ev = events
-    send_n(cb, 16, sleep=0.25)
+    send_n(cb, "work", 16, sleep=0.25)
     with Worker(dsn, min_workers=1, max_workers=3, start_delay=0.3, idle_timeout=0.8,
                 naptime_ms=50, logger=logger) as w:
         wait_for(lambda: w.workers == 3, what="the pool to grow to 3")

@@ -2,48 +2,43 @@
 
 from __future__ import annotations
 
-from click.testing import CliRunner
-
 from pgmq_build import cli
 from pgmq_build.manifest import MANIFEST
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli.main, list(args))
+from tests.helpers import run_cli
 
 
 def test_version():
-    result = run("--version")
+    result = run_cli("--version")
     assert result.exit_code == 0 and MANIFEST.version in result.output
 
 
 def test_generate_into_a_directory_then_up_to_date(tmp_path):
-    first = run("generate", "--out", str(tmp_path))
+    first = run_cli("generate", "--out", str(tmp_path))
     assert first.exit_code == 0, first.output
     assert (tmp_path / "pgmq.control").exists()
     assert (tmp_path / f"pgmq--{MANIFEST.version}.sql").exists()
     assert (tmp_path / f"pgmq-standalone--{MANIFEST.version}.sql").exists()
-    again = run("generate", "--out", str(tmp_path))
+    again = run_cli("generate", "--out", str(tmp_path))
     assert again.exit_code == 0 and "up to date" in again.output
 
 
 def test_check_passes_on_the_committed_tree():
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 0, result.output
 
 
 def test_check_fails_when_extension_is_stale(tmp_path, monkeypatch):
-    run("generate", "--out", str(tmp_path))
+    run_cli("generate", "--out", str(tmp_path))
     sql = tmp_path / f"pgmq--{MANIFEST.version}.sql"
     sql.write_text(sql.read_text() + "-- hand edit\n")
     monkeypatch.setattr(cli, "extension_dir", lambda: tmp_path)
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert "differs" in result.output and "stale" in result.output
 
 
 def test_lint_clean_on_the_committed_tree():
-    result = run("lint")
+    result = run_cli("lint")
     assert result.exit_code == 0, result.output
     assert "lint clean" in result.output
 
@@ -51,30 +46,30 @@ def test_lint_clean_on_the_committed_tree():
 def test_lint_reports_a_bad_file(tmp_path):
     bad = tmp_path / "bad.sql"
     bad.write_text("CREATE FUNCTION pgmq.nope() RETURNS int LANGUAGE sql AS 'SELECT 1';\n")
-    result = run("lint", str(bad))
+    result = run_cli("lint", str(bad))
     assert result.exit_code == 1
     assert "PGMQ" in result.output
 
 
 def test_explain_known_and_unknown():
-    ok = run("explain", "pgmq001")
+    ok = run_cli("explain", "pgmq001")
     assert ok.exit_code == 0 and ok.output.startswith("PGMQ001:")
-    bad = run("explain", "PGMQ999")
+    bad = run_cli("explain", "PGMQ999")
     assert bad.exit_code == 1 and "unknown rule" in bad.output
 
 
 def test_install_without_pg_config_is_a_clear_error():
-    result = run("install", "--pg-config", "/nonexistent/pg_config")
+    result = run_cli("install", "--pg-config", "/nonexistent/pg_config")
     assert result.exit_code == 1
     assert "pg_config not found" in result.output
 
 
 def test_install_standalone_needs_dsn():
-    result = run("install", "--standalone")
+    result = run_cli("install", "--standalone")
     assert result.exit_code == 1 and "--dsn" in result.output
 
 
 def test_install_unreachable_server_is_a_clear_error():
-    result = run("install", "--standalone", "--dsn", "host=127.0.0.1 port=1 user=x dbname=x connect_timeout=2")
+    result = run_cli("install", "--standalone", "--dsn", "host=127.0.0.1 port=1 user=x dbname=x connect_timeout=2")
     assert result.exit_code == 1
     assert "cannot connect to the server" in result.output

@@ -10,22 +10,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from pgmq_build import cli, pgspot, render
 from pgmq_build.lint import lint_script
 from pgmq_build.manifest import MANIFEST, RELEASED, VERSION, Release, version_key
 from pgmq_build.paths import extension_dir, templates_dir
+from tests.helpers import run_cli
 from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 
 OLD = RELEASED[-1].version
 STEP = f"{OLD}--{VERSION}"
 # the steps from upstream PGMQ (README "Migrating from PGMQ")
 UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli.main, list(args))
 
 
 @pytest.fixture
@@ -128,14 +124,14 @@ def test_routine_changes_reach_the_upgrade_script(templates_copy):
 # ------------------------------------------------------------------------------- check
 
 def test_check_passes_on_the_committed_tree():
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 0, result.output
 
 
 def test_check_fails_when_a_released_script_is_altered(ext_copy):
     path = ext_copy / f"pgmq--{OLD}.sql"
     path.write_text(path.read_text() + "-- a fix\n")
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert f"altered released script: pgmq--{OLD}.sql" in result.output
     assert "frozen" in result.output
@@ -143,7 +139,7 @@ def test_check_fails_when_a_released_script_is_altered(ext_copy):
 
 def test_check_fails_when_a_released_script_is_missing(ext_copy):
     (ext_copy / f"pgmq-standalone--{OLD}.sql").unlink()
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert f"missing released script: pgmq-standalone--{OLD}.sql" in result.output
 
@@ -152,7 +148,7 @@ def test_check_flags_unexpected_and_stale_upgrade_scripts(ext_copy):
     (ext_copy / f"pgmq--{OLD}--9.9.9.sql").write_text("-- stray\n")
     up = ext_copy / f"pgmq--{STEP}.sql"
     up.write_text(up.read_text() + "-- hand edit\n")
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert f"unexpected: pgmq--{OLD}--9.9.9.sql" in result.output
     assert f"differs: pgmq--{STEP}.sql" in result.output
@@ -160,7 +156,7 @@ def test_check_flags_unexpected_and_stale_upgrade_scripts(ext_copy):
 
 def test_check_fails_when_a_step_folder_is_missing(templates_copy):
     shutil.rmtree(templates_copy / "upgrades" / STEP)
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert f"missing upgrade step template: templates/upgrades/{STEP}/pre.sql.j2" in result.output
     assert f"templates/upgrades/{STEP}/post.sql.j2" in result.output
@@ -175,10 +171,10 @@ def released_current(monkeypatch):
 
 def test_check_and_generate_refuse_a_released_version(monkeypatch, tmp_path):
     manifest = released_current(monkeypatch)
-    result = run("check")
+    result = run_cli("check")
     assert result.exit_code == 1
     assert f"version {VERSION} is released" in result.output and "bump the version" in result.output
-    result = run("generate", "--out", str(tmp_path))
+    result = run_cli("generate", "--out", str(tmp_path))
     assert result.exit_code == 1 and "bump the version" in result.output
     with pytest.raises(render.RenderError, match="bump the version"):
         render.render_all(manifest)
@@ -202,7 +198,7 @@ def test_versions_must_ascend():
 
 
 def test_generate_into_a_directory_copies_the_released_scripts(tmp_path):
-    result = run("generate", "--out", str(tmp_path))
+    result = run_cli("generate", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in extension_dir().iterdir())
     assert render.diff_outputs(tmp_path, render.render_all()) == []
@@ -226,7 +222,7 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
     # a step from upstream is linted as an upgrade from an unknown script (upstream's is not here)
     assert all(previous == "" for p, _, previous in todo if p.name in UPSTREAM_FILES)
     assert sorted(p.name for p in skipped) == sorted(render.released_scripts(RELEASED))
-    result = run("lint")
+    result = run_cli("lint")
     assert result.exit_code == 0, result.output
     assert f"{len(render.released_scripts(RELEASED))} released script(s) skipped" in result.output
 

@@ -1,29 +1,18 @@
-"""Fixtures of the upgrade tests: roles (dropped after the databases that hold their grants) and
-databases made on the test server."""
+"""Fixtures of the upgrade tests: databases made on the test server (dropped before the roles of
+make_role, tests/conftest.py, which hold grants in them) and whether pg_partman is there."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from tests.upgrade.scenario import Databases
+from tests.helpers import partman_available as has_partman
+from tests.upgrade.scenario import Databases, connected
 
 
-@pytest.fixture
-def make_role(conn):
-    """make_role(prefix, login=False) -> a new role's name; all are dropped at the end."""
-    made: list[str] = []
-
-    def _make(prefix: str, login: bool = False) -> str:
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        conn.execute(f"CREATE ROLE {name}{' LOGIN' if login else ''}")
-        made.append(name)
-        return name
-
-    yield _make
-    for name in reversed(made):
-        conn.execute(f"DROP ROLE IF EXISTS {name}")
+@pytest.fixture(scope="session")
+def partman_available(pg_cluster) -> bool:
+    with connected(pg_cluster.dsn()) as c:
+        return has_partman(c)
 
 
 @pytest.fixture

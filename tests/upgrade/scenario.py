@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import psycopg
 
+from tests.helpers import PARTMAN_SQL
+
 # Everything a user can set up, with the objects each makes per queue: plain, unlogged,
 # partitioned (pg_partman), FIFO-indexed, typed, retry policy with a dead-letter queue, TTL and
 # dedup settings, pgpro_queue's create_queue, an exchange with bindings and restricted
@@ -36,9 +38,7 @@ SELECT pgmq.enable_notify_msg_id('work');
 CALL pgmq.register_callback('pq', 'public.handle(jsonb)');
 """
 
-PARTITIONED = """
-CREATE SCHEMA partman;
-CREATE EXTENSION pg_partman SCHEMA partman;
+PARTITIONED = ";\n".join(PARTMAN_SQL) + """;
 SELECT pgmq.create_partitioned('parted', '10', '20');
 """
 
@@ -66,11 +66,6 @@ SELECT pgmq.send_batch('parted', (SELECT array_agg(jsonb_build_object('i', g)) F
 SELECT * FROM pgmq.read('parted', 300, 3);
 SELECT pgmq.archive('parted', ARRAY[4, 5]::bigint[]);
 """
-
-
-def has_partman(conn: psycopg.Connection) -> bool:
-    row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'").fetchone()
-    return bool(row and row[0])
 
 
 def populate(conn: psycopg.Connection, role: str, partman: bool, messages: bool = True) -> None:

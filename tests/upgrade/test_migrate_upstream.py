@@ -14,15 +14,14 @@ import re
 import pgmq as pgmq_client  # PyPI `pgmq`: upstream's client, and upstream's SQL
 import psycopg
 import pytest
-from click.testing import CliRunner
 from psycopg import sql
 
-from pgmq_build import cli, install, migrate
+from pgmq_build import install, migrate
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
 from pgmq_build.paths import extension_dir
-from tests.helpers import column, scalar
-from tests.upgrade.scenario import connected, has_partman
+from tests.helpers import PARTMAN_SQL, column, run_cli, scalar
+from tests.upgrade.scenario import connected
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +60,7 @@ SET ROLE {app};
 SELECT pgmq.create('apps');
 RESET ROLE;
 """
-PARTITIONED = """
-CREATE SCHEMA partman;
-CREATE EXTENSION pg_partman SCHEMA partman;
+PARTITIONED = ";\n".join(PARTMAN_SQL) + """;
 SELECT pgmq.create_partitioned('parted', '10', '20');
 SELECT pgmq.create_partitioned('timed', '1 day', '7 days');
 """
@@ -95,12 +92,6 @@ SELECT pgmq.archive('timed', 1::bigint);
 def roles(make_role):
     """Dropped after the databases that hold their grants (make_role, tests/upgrade/conftest.py)."""
     return make_role("mig_reader"), make_role("mig_app")
-
-
-@pytest.fixture(scope="session")
-def partman_available(pg_cluster):
-    with connected(pg_cluster.dsn()) as c:
-        return has_partman(c)
 
 
 @pytest.fixture
@@ -342,7 +333,7 @@ def test_migrate_cli_dry_run_changes_nothing_and_prints_the_plan(dbs, roles, par
         fill(c, roles, partman_available)
         before, rows = snapshot(c, rows=True), upstream_rows(c)
     for target in ("extension", "standalone"):
-        result = CliRunner().invoke(cli.main, ["migrate", "--dsn", a, "--dry-run", "--to", target])
+        result = run_cli("migrate", "--dsn", a, "--dry-run", "--to", target)
         assert result.exit_code == 0, result.output
         out = result.output
         assert f"Found upstream PGMQ {UPSTREAM_VERSION} (SQL-only install, no extension)" in out
@@ -375,7 +366,7 @@ def test_a_failed_migration_changes_nothing(dbs, roles, partman_available, upstr
                 c.execute("ALTER EXTENSION pgmq UPDATE")
         else:
             for target in ("extension", "standalone"):
-                result = CliRunner().invoke(cli.main, ["migrate", "--dsn", a, "--to", target])
+                result = run_cli("migrate", "--dsn", a, "--to", target)
                 assert result.exit_code == 1
                 assert "failed and was rolled back, nothing was changed" in result.output
                 assert 'relation "queue_settings" already exists' in result.output
@@ -403,7 +394,7 @@ def test_migrate_refuses_what_is_not_upstream_1_13(dbs, setup, message):
             c.execute(setup.replace("UPSTREAM", UPSTREAM_SQL))
     with connected(a) as c:
         before = snapshot(c, rows=True)
-    result = CliRunner().invoke(cli.main, ["migrate", "--dsn", a])
+    result = run_cli("migrate", "--dsn", a)
     assert result.exit_code == 1 and message in result.output, result.output
     with connected(a) as c:
         assert snapshot(c, rows=True) == before
@@ -415,9 +406,9 @@ def test_upstream_extension_through_migrate_and_refused_standalone(dbs, roles, u
     install_upstream(a, "extension", UPSTREAM_VERSION)
     with connected(a) as c:
         c.execute("SELECT pgmq.create('keep'); SELECT pgmq.send('keep', '{\"k\": 1}'::jsonb)")
-    result = CliRunner().invoke(cli.main, ["migrate", "--dsn", a, "--to", "standalone"])
+    result = run_cli("migrate", "--dsn", a, "--to", "standalone")
     assert result.exit_code == 1 and "--to standalone needs an SQL-only install" in result.output
-    result = CliRunner().invoke(cli.main, ["migrate", "--dsn", a])
+    result = run_cli("migrate", "--dsn", a)
     assert result.exit_code == 0, result.output
     assert f"ALTER EXTENSION pgmq UPDATE TO '{NEW}'" in result.output
     with connected(a) as c:

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 from pglast import ast, parse_sql
 
-from pgmq_build import cli, install, render, upgrade
+from pgmq_build import install, render, upgrade
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
 from pgmq_build.paths import extension_dir
-from tests.helpers import column, scalar
-from tests.upgrade.scenario import connected, has_partman, populate, queue_rows
+from tests.helpers import column, run_cli, scalar
+from tests.upgrade.scenario import connected, populate, queue_rows
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +23,6 @@ NEW = MANIFEST.version
 
 
 
-
-
-@pytest.fixture(scope="session")
-def partman_available(pg_cluster):
-    with connected(pg_cluster.dsn()) as c:
-        return has_partman(c)
 
 
 def assert_same(a, b, names=("upgraded", "fresh")):
@@ -89,7 +82,7 @@ def test_install_cli_updates_the_extension(dbs):
     with connected(a) as c:
         c.execute(f"CREATE EXTENSION pgmq VERSION '{OLD_VERSIONS[0]}'")
         c.execute("SELECT pgmq.create('keep')")
-    result = CliRunner().invoke(cli.main, ["install", "--dsn", a])
+    result = run_cli("install", "--dsn", a)
     assert result.exit_code == 0, result.output
     assert f"ALTER EXTENSION pgmq UPDATE: {OLD_VERSIONS[0]} -> {NEW}" in result.output
     again = install.create_or_update_extension(a)
@@ -131,10 +124,10 @@ def test_standalone_upgrade_equals_a_fresh_standalone_install(dbs, role, partman
 def test_install_cli_reports_a_standalone_upgrade(dbs):
     a = dbs.create("cli")
     run_script(a, render.install_name(OLD_VERSIONS[-1], "standalone"))
-    result = CliRunner().invoke(cli.main, ["install", "--standalone", "--dsn", a])
+    result = run_cli("install", "--standalone", "--dsn", a)
     assert result.exit_code == 0, result.output
     assert f"upgraded the standalone pgmq {OLD_VERSIONS[-1]} to {NEW} in one transaction" in result.output
-    result = CliRunner().invoke(cli.main, ["install", "--standalone", "--dsn", a])
+    result = run_cli("install", "--standalone", "--dsn", a)
     assert result.exit_code == 0 and "already installed; nothing was changed" in result.output
 
 

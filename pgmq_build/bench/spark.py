@@ -1,6 +1,6 @@
 """Spark publish and consume throughput (rows/s) for `make bench`.
 
-    python -m pgmq_build.spark.bench [--dsn DSN] [--rows 200000] [--json out.json]
+    python3 -m pgmq_build.bench.spark [--dsn DSN] [--rows 200000] [--json out.json]
 
 ``run(dsn, rows)`` returns one :class:`Result` per path; every path is warmed up with a small
 run first (the first Python data-source operation of a session pays worker start-up, pyarrow
@@ -20,6 +20,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import psycopg
+
+# Fails without the spark extra (pgmq_build.spark imports pyspark): run.py skips the Spark rows.
+from ..spark import ack, consume
+from ..spark._session import local_session
 
 QUEUE = "bench_spark"
 WARMUP_ROWS = 2_000
@@ -56,9 +60,6 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
         partitions: int = 2) -> list[Result]:
     """Measure every path against the database at ``dsn`` (pgmq installed). Uses and drops the
     queue bench_spark."""
-    from . import ack, consume
-    from ._session import local_session
-
     own = spark is None
     if own:
         spark = local_session("pgmq-spark-bench", cores=partitions)

@@ -1,7 +1,8 @@
 """The benchmark behind `make bench`: pgmq's SQL API against plain SQL on a table of the same shape.
 
-    python3 bench/run.py [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
-                         [--dsn DSN] [--rounds 2] [--mode thread|process]
+    python3 -m pgmq_build.bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
+                                [--dsn DSN] [--rounds 2] [--mode thread|process]
+                                [--spark-rows 200000]
 
 Each cell (workload x client count) measures both sides for --seconds each, split into --rounds
 alternating segments (raw, pgmq, pgmq, raw, ...) so that drift on a noisy machine hits both sides
@@ -47,13 +48,9 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # bench/ for workloads, the checkout for pgmq_build
-
-from workloads import BY_NAME, PGMQ, RAW, WORKLOADS, Workload  # noqa: E402
-
-from pgmq_build.cluster import TempCluster  # noqa: E402
-from pgmq_build.install import InstallError, ensure_pgmq, install_files, sharedir  # noqa: E402
+from ..cluster import TempCluster
+from ..install import InstallError, ensure_pgmq, install_files, sharedir
+from .workloads import BY_NAME, PGMQ, RAW, WORKLOADS, Workload
 
 BENCH_DB = "pgmq_bench"
 WARMUP_SECONDS = 0.3  # the rate estimate that sizes a consuming cell's prefill
@@ -403,7 +400,7 @@ def short_error(exc: BaseException) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dsn", help="use this server instead of a throwaway one (the database "
                    f"{BENCH_DB} is created there, replacing any old one, and dropped at the end)")
     p.add_argument("--seconds", type=float, default=3.0,
@@ -478,7 +475,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         spark_results = []
         if args.spark_rows:  # Spark publish and consume throughput (needs the spark extra and Java)
             try:
-                from pgmq_build.spark.bench import run as spark_bench
+                from .spark import run as spark_bench
             except ImportError as exc:
                 log(f"spark: unavailable ({exc})")
             else:

@@ -1,5 +1,6 @@
-"""The connector's PostgreSQL layer without Spark: stream planning (pending ids, limits), the
-safe high-water mark, range acks, and the publish encoder's split between COPY and pgmq.send."""
+"""The connector's SQL side without a Spark session: stream planning (pending ids, limits), the
+safe high-water mark, range acks (offsets.py), and the publish encoder's split between COPY and
+pgmq.send (publishing.py)."""
 
 from __future__ import annotations
 
@@ -11,52 +12,54 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from pgmq_build.spark import _pg
+from pgmq_build.spark import connections, offsets, publishing
+from pgmq_build.spark.errors import PgmqSparkError
+from pgmq_build.spark.offsets import Offset
 from pgmq_build.spark.options import write_spec
 
 
 @pytest.fixture
 def info(dsn, make_queue):
     make_queue("s")
-    with _pg.connect(dsn, autocommit=True) as c:
-        return _pg.resolve_queue(c, "s")
+    with connections.connect(dsn, autocommit=True) as c:
+        return connections.resolve_queue(c, "s")
 
 
 def test_plan_batch_limits_and_pending(dsn, info, sql):
     sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[10]))")  # 1..10
     sql("SELECT pgmq.set_vt('s', ARRAY[3, 4]::bigint[], 3600)")  # leased / delayed
-    with _pg.connect(dsn, autocommit=True) as c:
-        start = _pg.Offset()
-        end = _pg.plan_batch(c, info, start, 10, max_rows=4, honor_vt=True, max_pending=100)
-        assert end == _pg.Offset(6, [3, 4])  # 1, 2, 5, 6 visible; 3, 4 held back
-        assert _pg.stream_parts(start, end, 2) == [(0, 3, [3], []), (3, 6, [4], [])]
+    with connections.connect(dsn, autocommit=True) as c:
+        start = Offset()
+        end = offsets.plan_batch(c, info, start, 10, max_rows=4, honor_vt=True, max_pending=100)
+        assert end == Offset(6, [3, 4])  # 1, 2, 5, 6 visible; 3, 4 held back
+        assert offsets.stream_parts(start, end, 2) == [(0, 3, [3], []), (3, 6, [4], [])]
         sql("SELECT pgmq.set_vt('s', 3::bigint, 0)")
-        nxt = _pg.plan_batch(c, info, end, 10, max_rows=2, honor_vt=True, max_pending=100)
-        assert nxt == _pg.Offset(7, [4])  # the now-visible 3 first, then 7
-        assert _pg.stream_parts(end, nxt, 2) == [(6, 7, [], [3])]
+        nxt = offsets.plan_batch(c, info, end, 10, max_rows=2, honor_vt=True, max_pending=100)
+        assert nxt == Offset(7, [4])  # the now-visible 3 first, then 7
+        assert offsets.stream_parts(end, nxt, 2) == [(6, 7, [], [3])]
         # nothing new: the same offset comes back (no batch)
         sql("SELECT pgmq.set_vt('s', ARRAY[8, 9, 10]::bigint[], 3600)")
-        last = _pg.plan_batch(c, info, nxt, 10, max_rows=None, honor_vt=True, max_pending=2)
-        assert last == _pg.Offset(8, [4, 8])  # at most 2 pending: stop before 9
-        assert _pg.plan_batch(c, info, last, 8, None, True, 2) is last
+        last = offsets.plan_batch(c, info, nxt, 10, max_rows=None, honor_vt=True, max_pending=2)
+        assert last == Offset(8, [4, 8])  # at most 2 pending: stop before 9
+        assert offsets.plan_batch(c, info, last, 8, None, True, 2) is last
         # the ack never touches pending ids
-        assert _pg.ack_range(c, info, _pg.Offset(), last, "archive") == 6
+        assert offsets.ack_range(c, info, Offset(), last, "archive") == 6
         assert sorted(r for (r,) in sql("SELECT msg_id FROM pgmq.q_s")) == [4, 8, 9, 10]
-        assert _pg.ack_range(c, info, last, last, "archive") == 0
+        assert offsets.ack_range(c, info, last, last, "archive") == 0
 
 
 def test_safe_high_water_mark_waits_for_open_producers(dsn, info, sql, connect):
-    with _pg.connect(dsn, autocommit=True) as c:
-        assert _pg.safe_high_water_mark(c, info, 0) == (0, True)
+    with connections.connect(dsn, autocommit=True) as c:
+        assert offsets.safe_high_water_mark(c, info, 0) == (0, True)
         open_tx = connect(autocommit=False)
         open_tx.execute("SELECT pgmq.send('s', '{}')")  # id 1, not committed
         sql("SELECT pgmq.send('s', '{}')")  # id 2, committed
-        assert _pg.safe_high_water_mark(c, info, 0.2) == (2, False)
+        assert offsets.safe_high_water_mark(c, info, 0.2) == (2, False)
         open_tx.commit()
-        assert _pg.safe_high_water_mark(c, info, 0.2) == (2, True)
+        assert offsets.safe_high_water_mark(c, info, 0.2) == (2, True)
         # readers hold the same lock: a finished one does not hold anything back
         sql("SELECT * FROM pgmq.read('s', 30, 1)")
-        assert _pg.safe_high_water_mark(c, info, 0.2) == (2, True)
+        assert offsets.safe_high_water_mark(c, info, 0.2) == (2, True)
 
 
 def test_encode_sends_special_rows_through_pgmq_send(dsn, info, sql):
@@ -67,11 +70,11 @@ def test_encode_sends_special_rows_through_pgmq_send(dsn, info, sql):
                     '{"x-pgmq-priority": "7"}', '{"x-pgmq-ttl": 60}'],
     })
     spec = write_spec({"dsn": dsn, "queue": "s"}, batch.schema.names, streaming=False)
-    enc = _pg.encode(batch, spec.columns, now, routed=False)
+    enc = publishing.encode(batch, spec.columns, now, routed=False)
     assert enc.special == [2, 3, 4]
     assert enc.priority.to_pylist()[:2] == [0, 3]
-    with _pg.connect(dsn) as c, c.cursor() as cur:
-        assert _pg.copy_rows(cur, info, enc) == 5
+    with connections.connect(dsn) as c, c.cursor() as cur:
+        assert publishing.copy_rows(cur, info, enc) == 5
         c.commit()
     assert sql("SELECT message->>'a', priority FROM pgmq.q_s ORDER BY 1") == [
         ("1", 0), ("2", 3), ("3", 0), ("4", 7), ("5", 0)]
@@ -80,11 +83,11 @@ def test_encode_sends_special_rows_through_pgmq_send(dsn, info, sql):
 
 
 def test_options_are_validated():
-    with pytest.raises(_pg.PgmqSparkError, match="dsn"):
+    with pytest.raises(PgmqSparkError, match="dsn"):
         write_spec({"queue": "q"}, ["message"], streaming=False)
-    with pytest.raises(_pg.PgmqSparkError, match="messageColumn"):
+    with pytest.raises(PgmqSparkError, match="messageColumn"):
         write_spec({"dsn": "x", "queue": "q"}, ["body"], streaming=False)
-    with pytest.raises(_pg.PgmqSparkError, match="either"):
+    with pytest.raises(PgmqSparkError, match="either"):
         write_spec({"dsn": "x", "queue": "q", "exchange": "e"}, ["message"], streaming=False)
     spec = write_spec({"dsn": "x", "queue": "q", "headersColumn": ""},
                       ["message", "headers", "priority"], streaming=True)

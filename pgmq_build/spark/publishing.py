@@ -1,0 +1,365 @@
+"""Publishing Arrow batches into pgmq (psycopg + pyarrow, no pyspark import): the encoding of a
+batch (message / headers as JSON text, visibility times from the server's clock, priorities)
+and the insert paths: COPY into the queue table, ``pgmq.send`` / ``pgmq.send_batch``, topic
+routing (``pgmq.send_topic``) and exchanges (``pgmq.publish``).
+
+Rows that the extension treats specially on insert (``x-pgmq-dedup-id``, ``x-pgmq-ttl``,
+``x-pgmq-max-retries`` headers, or an ``x-pgmq-priority`` that is not a plain integer) never take
+the COPY path: they go through ``pgmq.send`` so that the server applies its own rules. The
+exactly-once paths stage the encoded rows first (staging.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+from psycopg import sql
+
+from .connections import QueueInfo
+from .errors import PgmqSparkError
+
+# Headers whose insert-time meaning lives in the extension's send paths (dedup, limit marks).
+SPECIAL_HEADERS = ("x-pgmq-dedup-id", "x-pgmq-ttl", "x-pgmq-max-retries")
+PRIORITY_HEADER = "x-pgmq-priority"
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value) if value == value.to_integral_value() or abs(value) < 1e15 else str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def _maps_to_dicts(value: Any, t: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        return {str(k): _maps_to_dicts(v, t.item_type) for k, v in value}
+    if pa.types.is_struct(t):
+        return {t.field(i).name: _maps_to_dicts(value[t.field(i).name], t.field(i).type)
+                for i in range(t.num_fields)}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_maps_to_dicts(v, t.value_type) for v in value]
+    return value
+
+
+def json_text(arr: pa.Array, what: str) -> pa.Array:
+    """A column as JSON text: strings pass through (the server validates them), binary is
+    decoded as UTF-8, structs / maps / arrays are serialized (prefer to_json in Spark for large
+    data: it runs in the JVM)."""
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return arr.cast(pa.string())
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return arr.cast(pa.string())
+    if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = arr.to_pylist()
+        if _has_map(t):
+            values = [_maps_to_dicts(v, t) for v in values]
+        return pa.array([None if v is None else json.dumps(v, default=_json_default, separators=(",", ":"))
+                         for v in values], pa.string())
+    raise PgmqSparkError(f"the {what} column must be a string (JSON text), binary, struct, map or "
+                         f"array column, not {t}")
+
+
+@dataclass
+class Columns:
+    """Which input columns carry what (names as in the DataFrame)."""
+
+    message: str = "message"
+    headers: str | None = None
+    delay: str | None = None
+    priority: str | None = None
+    routing_key: str | None = None
+
+
+@dataclass
+class Encoded:
+    """One Arrow batch turned into what the insert paths need."""
+
+    message: pa.Array  # string, JSON text, no nulls
+    headers: pa.Array  # string, JSON text or null
+    vt: pa.Array  # timestamp[us, UTC]
+    priority: pa.Array  # int32 (meaningful where not special)
+    special: list[int]  # row indexes that must go through pgmq.send
+    delay_s: pa.Array | None = None  # int32 seconds (topic/exchange routing)
+    routing_key: pa.Array | None = None  # string
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.message)
+
+
+def _column(batch: pa.RecordBatch, name: str, what: str) -> pa.Array:
+    idx = batch.schema.get_field_index(name)
+    if idx < 0:
+        raise PgmqSparkError(f"no column {name!r} for the {what} (columns: {batch.schema.names}); "
+                             f"set option {what}Column")
+    return batch.column(idx)
+
+
+def _header_info(text: str | None) -> tuple[bool, int]:
+    """(special, priority) of one headers JSON text, mirroring the extension's insert paths."""
+    if text is None:
+        return False, 0
+    try:
+        h = json.loads(text)
+    except ValueError:
+        return True, 0  # let the server report the bad JSON
+    if not isinstance(h, dict):
+        return False, 0
+    if any(k in h for k in SPECIAL_HEADERS):
+        return True, 0
+    p = h.get(PRIORITY_HEADER)
+    if p is None:
+        return False, 0
+    if isinstance(p, int) and not isinstance(p, bool) and INT32_MIN <= p <= INT32_MAX:
+        return False, p
+    return True, 0  # a string, float or out-of-range value: the server decides
+
+
+def encode(batch: pa.RecordBatch, cols: Columns, base: datetime, *, routed: bool) -> Encoded:
+    """Turn one input batch into message/headers text, visibility times and priorities.
+
+    ``base`` is the server's clock (UTC) for "now": a row's vt is base + its delay (seconds), or
+    its delay column's timestamp. For ``routed`` (topic/exchange) publishing the delay is kept as
+    whole seconds instead, since those functions take an integer delay.
+    """
+    n = batch.num_rows
+    message = json_text(_column(batch, cols.message, "message"), "message")
+    if message.null_count:
+        raise PgmqSparkError(f"the message column {cols.message!r} has {message.null_count} null "
+                             "value(s); a message must be JSON (use a JSON 'null' if you mean it)")
+    if cols.headers:
+        headers = json_text(_column(batch, cols.headers, "headers"), "headers")
+    else:
+        headers = pa.nulls(n, pa.string())
+
+    if cols.priority:
+        prio = _column(batch, cols.priority, "priority")
+        if not pa.types.is_integer(prio.type):
+            raise PgmqSparkError(f"the priority column must be an integer column, not {prio.type}")
+        prios = prio.to_pylist()
+        htexts = headers.to_pylist()
+        merged: list[str | None] = []
+        for h, p in zip(htexts, prios, strict=True):
+            if p is None or p == 0:
+                merged.append(h)
+                continue
+            d = {} if h is None else json.loads(h)
+            if d is None:
+                d = {}
+            if not isinstance(d, dict):
+                raise PgmqSparkError("headers must be JSON objects to carry a priority")
+            d[PRIORITY_HEADER] = int(p)
+            merged.append(json.dumps(d, separators=(",", ":")))
+        headers = pa.array(merged, pa.string())
+
+    # Only rows whose headers mention x-pgmq- (or contain escapes) can be special.
+    special: list[int] = []
+    priority = [0] * n
+    if headers.null_count < n:
+        suspect = pc.or_(pc.match_substring(headers, "x-pgmq-"), pc.match_substring(headers, "\\u"))
+        idx = pc.indices_nonzero(pc.fill_null(suspect, False)).to_pylist()
+        htexts = headers.take(pa.array(idx, pa.int64())).to_pylist() if idx else []
+        for i, text in zip(idx, htexts, strict=True):
+            is_special, p = _header_info(text)
+            if is_special:
+                special.append(i)
+            else:
+                priority[i] = p
+
+    delay_s = None
+    if cols.delay:
+        d = _column(batch, cols.delay, "delay")
+        if pa.types.is_integer(d.type):
+            if n and pc.min(d).as_py() is not None and pc.min(d).as_py() < 0:
+                raise PgmqSparkError("delay cannot be negative")
+            secs = pc.fill_null(d, 0).cast(pa.int64())
+            vt = pc.add(pa.repeat(pa.scalar(base, _TS), n),
+                        pc.multiply(secs, 1_000_000).cast(pa.duration("us")))
+            delay_s = secs.cast(pa.int32())
+        elif pa.types.is_timestamp(d.type):
+            ts = d.cast(pa.timestamp("us", tz="UTC"))
+            vt = pc.fill_null(ts, pa.scalar(base, _TS))
+            if routed:
+                diffs = [0 if t is None else max(0, math.ceil((t - base).total_seconds()))
+                         for t in ts.to_pylist()]
+                delay_s = pa.array(diffs, pa.int32())
+        else:
+            raise PgmqSparkError(f"the delay column must hold seconds (integer) or a timestamp, "
+                                 f"not {d.type}")
+    else:
+        vt = pa.repeat(pa.scalar(base, _TS), n)
+        if routed:
+            delay_s = pa.array([0] * n, pa.int32())
+
+    routing_key = None
+    if routed:
+        assert cols.routing_key
+        routing_key = _column(batch, cols.routing_key, "routingKey").cast(pa.string())
+        if routing_key.null_count:
+            raise PgmqSparkError("the routing key column has null values")
+    return Encoded(message, headers, vt.cast(_TS), pa.array(priority, pa.int32()), special,
+                   delay_s, routing_key)
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=False))
+    return buf.getvalue()
+
+
+def server_now(cur: psycopg.Cursor) -> datetime:
+    cur.execute("SELECT clock_timestamp()")
+    return cur.fetchone()[0].astimezone(timezone.utc)
+
+
+class Clock:
+    """The server's clock, read once and advanced with the local monotonic clock (so that
+    executors with a skewed clock still compute delays against the database's time)."""
+
+    def __init__(self, cur: psycopg.Cursor) -> None:
+        self._server = server_now(cur)
+        self._t0 = time.monotonic()
+
+    def now(self) -> datetime:
+        return self._server + timedelta(seconds=time.monotonic() - self._t0)
+
+
+def _take(arr: pa.Array, idx: list[int]) -> pa.Array:
+    return arr.take(pa.array(idx, pa.int64()))
+
+
+# The send path: one statement for many rows, each through pgmq.send (dedup, limits, priority).
+_SEND_ROWS = ("SELECT count(*) FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) "
+              "WITH ORDINALITY AS t(m, h, v, o), "
+              "LATERAL pgmq.send(%s::text, t.m::jsonb, t.h::jsonb, t.v) AS s")
+_SEND_BATCH = ("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::text[]::jsonb[], "
+               "%s::text[]::jsonb[], %s::timestamptz)")
+_SEND_TOPIC = ("SELECT count(*), count(*) FILTER (WHERE s = 0) FROM unnest(%s::text[], %s::text[], "
+               "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o), "
+               "LATERAL pgmq.send_topic(t.k, t.m::jsonb, t.h::jsonb, t.d) AS s")
+_PUBLISH = ("SELECT count(DISTINCT t.o), count(DISTINCT t.o) FILTER (WHERE p.msg_id IS NULL) FROM unnest(%s::text[], %s::text[], "
+            "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o) "
+            "LEFT JOIN LATERAL pgmq.publish(%s::text, t.k, t.m::jsonb, t.h::jsonb, t.d) AS p ON true")
+
+
+def send_rows(cur: psycopg.Cursor, queue: str, enc: Encoded, idx: list[int] | None = None) -> int:
+    """Rows through pgmq.send (one call per row, one statement)."""
+    m, h, v = enc.message, enc.headers, enc.vt
+    if idx is not None:
+        m, h, v = _take(m, idx), _take(h, idx), _take(v, idx)
+    if not len(m):
+        return 0
+    cur.execute(_SEND_ROWS, (m.to_pylist(), h.to_pylist(), v.to_pylist(), queue))
+    return int(cur.fetchone()[0])
+
+
+def send_batch_rows(cur: psycopg.Cursor, queue: str, enc: Encoded) -> int:
+    """All rows through pgmq.send_batch, one call per distinct vt (usually one)."""
+    n = 0
+    vts = enc.vt.to_pylist()
+    groups: dict[datetime, list[int]] = {}
+    for i, t in enumerate(vts):
+        groups.setdefault(t, []).append(i)
+    for t, idx in groups.items():
+        m, h = _take(enc.message, idx), _take(enc.headers, idx)
+        hdrs = None if h.null_count == len(h) else h.to_pylist()
+        cur.execute(_SEND_BATCH, (queue, m.to_pylist(), hdrs, t))
+        n += int(cur.fetchone()[0])
+    return n
+
+
+def copy_rows(cur: psycopg.Cursor, info: QueueInfo, enc: Encoded) -> int:
+    """The plain rows by COPY into the queue table (priority set as the extension's inserts set
+    it); the special ones through pgmq.send. One transaction is the caller's."""
+    n = enc.num_rows
+    if enc.special:
+        keep = sorted(set(range(n)) - set(enc.special))
+        plain = pa.table({"vt": _take(enc.vt, keep), "message": _take(enc.message, keep),
+                          "headers": _take(enc.headers, keep),
+                          "priority": _take(enc.priority, keep)})
+    else:
+        plain = pa.table({"vt": enc.vt, "message": enc.message, "headers": enc.headers,
+                          "priority": enc.priority})
+    done = 0
+    if plain.num_rows:
+        stmt = sql.SQL("COPY {} (vt, message, headers, priority) FROM STDIN (FORMAT csv)").format(info.q)
+        with cur.copy(stmt) as copy:
+            copy.write(csv_bytes(plain))
+        done += plain.num_rows
+    if enc.special:
+        done += send_rows(cur, info.queue, enc, enc.special)
+    return done
+
+
+def route_rows(cur: psycopg.Cursor, enc: Encoded, exchange: str | None,
+               allow_unroutable: bool) -> int:
+    """Rows through pgmq.publish(exchange, ...) or, without an exchange, pgmq.send_topic."""
+    assert enc.routing_key is not None and enc.delay_s is not None
+    args = [enc.routing_key.to_pylist(), enc.message.to_pylist(), enc.headers.to_pylist(),
+            enc.delay_s.to_pylist()]
+    if exchange is None:
+        cur.execute(_SEND_TOPIC, args)
+    else:
+        cur.execute(_PUBLISH, [*args, exchange])
+    rows, unroutable = cur.fetchone()
+    if unroutable and not allow_unroutable:
+        raise PgmqSparkError(f"{unroutable} message(s) matched no queue binding (set option "
+                             "allowUnroutable=true to drop them)")
+    return int(rows)
+
+
+@dataclass
+class Target:
+    """Where published rows go: a queue (COPY/INSERT), topic routing, or an exchange."""
+
+    queue: QueueInfo | None = None
+    exchange: str | None = None
+    routed: bool = False
+    allow_unroutable: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.exchange:
+            return f"exchange:{self.exchange}"
+        if self.routed:
+            return "topic"
+        assert self.queue is not None
+        return f"queue:{self.queue.queue}"
+
+
+def new_id() -> str:
+    """A fresh job or part id."""
+    return uuid.uuid4().hex

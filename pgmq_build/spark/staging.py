@@ -1,0 +1,219 @@
+"""The exactly-once publishing paths (psycopg + pyarrow, no pyspark import): tasks stage their
+encoded rows in a staging table, and one transaction in the driver moves a whole job (or a
+stream's batch) into its target and forgets the staging rows; the stream sink and
+``idempotencyKey`` also record committed batch ids in a progress table, so that a replayed batch
+publishes nothing. Also the connector's tables' creation and their owners' check."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from .connections import connect, qualified
+from .errors import PgmqSparkError
+from .publishing import Encoded, Target, csv_bytes
+
+# The connector's own objects (staging rows, sink progress) live here unless options say otherwise.
+DEFAULT_SCHEMA = "pgmq_spark"
+DEFAULT_STAGING_TABLE = f"{DEFAULT_SCHEMA}.staging"
+DEFAULT_PROGRESS_TABLE = f"{DEFAULT_SCHEMA}.sink_batches"
+# Sink progress rows kept per sink (older batch ids can never be replayed by Spark).
+PROGRESS_KEEP = 100
+# Staging rows older than this belong to dead jobs and are removed by any later commit.
+STAGING_RETENTION = timedelta(days=7)
+
+_STAGING_DDL = """
+CREATE TABLE IF NOT EXISTS {t} (
+    job_id      text NOT NULL,
+    part_id     text NOT NULL,
+    ord         bigint NOT NULL,
+    vt          timestamptz NOT NULL,
+    message     jsonb,
+    headers     jsonb,
+    routing_key text,
+    delay_s     integer,
+    staged_at   timestamptz NOT NULL DEFAULT now()
+)"""
+_PROGRESS_DDL = """
+CREATE TABLE IF NOT EXISTS {t} (
+    sink_id      text NOT NULL,
+    batch_id     bigint NOT NULL,
+    target       text,
+    rows         bigint NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (sink_id, batch_id)
+)"""
+
+
+# The owner of a table can attach code (triggers, rules, defaults) that runs with the rights of
+# whoever writes to it, and a schema's owner can swap the tables in it. The connector writes into
+# its staging and progress tables only when their owners (and their schema's) have every right
+# of the role it runs as, so no less privileged role's code can run with that role's rights.
+_OWNERS = """
+SELECT kind, owner, pg_catalog.pg_has_role(owner_oid, current_user, 'USAGE')
+FROM (SELECT 'schema' AS kind, n.nspowner AS owner_oid
+      FROM pg_catalog.pg_namespace n
+      WHERE n.nspname = coalesce(%(schema)s, pg_catalog.current_schema())
+      UNION ALL
+      SELECT 'table', c.relowner FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(%(table)s)) o,
+     LATERAL (SELECT pg_catalog.pg_get_userbyid(o.owner_oid) AS owner) u
+"""
+
+
+def check_owners(conn: psycopg.Connection, name: str) -> None:
+    """Refuse a staging or progress table (or its schema) owned by a less privileged role."""
+    schema = name.split(".")[0] if "." in name else None
+    for kind, owner, trusted in conn.execute(
+            _OWNERS, {"schema": schema, "table": qualified(name).as_string(conn)}).fetchall():
+        if not trusted:
+            raise PgmqSparkError(
+                f"the {kind} of {name!r} belongs to role {owner!r}, which lacks rights of the role the "
+                "connector runs as: its code could run with those rights. Use a table and schema "
+                "owned by this role (options stagingTable / progressTable).")
+
+
+def ensure_tables(conn: psycopg.Connection, staging: str, progress: str | None) -> None:
+    """Create the connector's schema and tables when missing (driver side, serialized)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgmq_spark.ddl'))")
+        for name, ddl in ((staging, _STAGING_DDL), (progress, _PROGRESS_DDL)):
+            if name is None:
+                continue
+            check_owners(conn, name)
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                  (str(qualified(name).as_string(conn)),)).fetchone()[0]
+            if exists:
+                continue
+            if "." in name:
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                    sql.Identifier(name.split(".")[0])))
+            conn.execute(sql.SQL(ddl).format(t=qualified(name)))
+            if ddl is _STAGING_DDL:
+                idx = sql.Identifier(name.split(".")[-1] + "_job_idx")
+                conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (job_id, part_id, ord)")
+                             .format(idx, qualified(name)))
+
+
+def stage_rows(cur: psycopg.Cursor, staging: str, job_id: str, part_id: str, first_ord: int,
+               enc: Encoded) -> int:
+    n = enc.num_rows
+    if not n:
+        return 0
+    table = pa.table({
+        "job_id": pa.array([job_id] * n, pa.string()),
+        "part_id": pa.array([part_id] * n, pa.string()),
+        "ord": pa.array(range(first_ord, first_ord + n), pa.int64()),
+        "vt": enc.vt, "message": enc.message, "headers": enc.headers,
+        "routing_key": enc.routing_key if enc.routing_key is not None else pa.nulls(n, pa.string()),
+        "delay_s": enc.delay_s if enc.delay_s is not None else pa.nulls(n, pa.int32()),
+    })
+    stmt = sql.SQL("COPY {} (job_id, part_id, ord, vt, message, headers, routing_key, delay_s) "
+                   "FROM STDIN (FORMAT csv)").format(qualified(staging))
+    with cur.copy(stmt) as copy:
+        copy.write(csv_bytes(table))
+    return n
+
+
+def move_staged(cur: psycopg.Cursor, staging: str, job_id: str, part_ids: Sequence[str],
+                target: Target) -> int:
+    """Insert the staged rows of these parts into the target, in staging order. Caller's
+    transaction."""
+    st = qualified(staging)
+    sel = sql.SQL("FROM {} s WHERE s.job_id = %s AND s.part_id = ANY(%s::text[])").format(st)
+    params: list[Any] = [job_id, list(part_ids)]
+    if target.routed:
+        if target.exchange is None:
+            cur.execute(sql.SQL(
+                "SELECT count(*), count(*) FILTER (WHERE r = 0) FROM (SELECT pgmq.send_topic("
+                "s.routing_key, s.message, s.headers, s.delay_s) AS r {} "
+                "ORDER BY s.part_id, s.ord) x").format(sel), params)
+            rows, unroutable = cur.fetchone()
+            if unroutable and not target.allow_unroutable:
+                raise PgmqSparkError(f"{unroutable} message(s) matched no queue binding (set "
+                                     "option allowUnroutable=true to drop them)")
+            return int(rows)
+        cur.execute(sql.SQL(
+            "SELECT count(*) FROM (SELECT (SELECT count(*) FROM pgmq.publish(%s::text, "
+            "s.routing_key, s.message, s.headers, s.delay_s)) AS c {} ORDER BY s.part_id, s.ord) x"
+        ).format(sel), [target.exchange, *params])
+        return int(cur.fetchone()[0])
+    assert target.queue is not None
+    special = sql.SQL("coalesce(s.headers ?| ARRAY['x-pgmq-dedup-id', 'x-pgmq-ttl', "
+                      "'x-pgmq-max-retries'], false)")
+    cur.execute(sql.SQL(
+        "INSERT INTO {q} (vt, message, headers, priority) "
+        "SELECT s.vt, s.message, s.headers, coalesce((s.headers->>'x-pgmq-priority')::integer, 0) "
+        "{sel} AND NOT {special} ORDER BY s.part_id, s.ord").format(
+            q=target.queue.q, sel=sel, special=special), params)
+    n = cur.rowcount
+    cur.execute(sql.SQL(
+        "SELECT count(*) FROM (SELECT s.message, s.headers, s.vt {sel} AND {special} "
+        "ORDER BY s.part_id, s.ord) s, LATERAL pgmq.send(%s::text, s.message, s.headers, s.vt) AS r"
+    ).format(sel=sel, special=special), [*params, target.queue.queue])
+    return n + int(cur.fetchone()[0])
+
+
+def drop_staged(cur: psycopg.Cursor, staging: str, job_id: str) -> None:
+    cur.execute(sql.SQL("DELETE FROM {} WHERE job_id = %s").format(qualified(staging)), (job_id,))
+
+
+def commit_staged(dsn: str, staging: str, job_id: str, parts: Sequence[tuple[str, int]],
+                  target: Target, progress: str | None = None, sink_id: str | None = None,
+                  batch_id: int | None = None) -> tuple[bool, int]:
+    """Move the staged parts into the target and forget the job's staging rows, in one
+    transaction. With ``progress``/``sink_id``/``batch_id``: skip (and only clean up) when the
+    sink already committed this batch id or a later one, else record it in the same transaction.
+    Returns (published, rows)."""
+    expected = sum(rows for _, rows in parts)
+    with connect(dsn) as conn, conn.cursor() as cur:
+        if progress is not None:
+            assert sink_id is not None and batch_id is not None
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"pgmq_spark.sink:{sink_id}",))
+            cur.execute(sql.SQL("SELECT max(batch_id) FROM {} WHERE sink_id = %s").format(
+                qualified(progress)), (sink_id,))
+            last = cur.fetchone()[0]
+            if last is not None and last >= batch_id:
+                drop_staged(cur, staging, job_id)
+                conn.commit()
+                return False, 0
+        cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE job_id = %s AND part_id = ANY(%s::text[])")
+                    .format(qualified(staging)), (job_id, [p for p, _ in parts]))
+        staged = int(cur.fetchone()[0])
+        if staged != expected:
+            raise PgmqSparkError(f"staging table {staging} holds {staged} rows of job {job_id}, "
+                                 f"expected {expected}: refusing to publish a partial job")
+        moved = move_staged(cur, staging, job_id, [p for p, _ in parts], target) if expected else 0
+        drop_staged(cur, staging, job_id)
+        # rows of jobs that died without commit or abort (see also cleanup_staging)
+        cur.execute(sql.SQL("DELETE FROM {} WHERE staged_at < now() - %s").format(
+            qualified(staging)), (STAGING_RETENTION,))
+        if progress is not None:
+            cur.execute(sql.SQL("INSERT INTO {} (sink_id, batch_id, target, rows) "
+                                "VALUES (%s, %s, %s, %s)").format(qualified(progress)),
+                        (sink_id, batch_id, target.label, moved))
+            cur.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id < %s").format(
+                qualified(progress)), (sink_id, batch_id - PROGRESS_KEEP))
+        conn.commit()
+    return True, moved
+
+
+def abort_staged(dsn: str, staging: str, job_id: str) -> None:
+    with connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        drop_staged(cur, staging, job_id)
+
+
+def cleanup_staging(dsn: str, older_than: timedelta = timedelta(days=1),
+                    staging: str = DEFAULT_STAGING_TABLE) -> int:
+    """Delete staging rows left by jobs that died before commit or abort; returns the count."""
+    with connect(dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                            (qualified(staging).as_string(conn),)).fetchone()[0]:
+            return 0
+        cur = conn.execute(sql.SQL("DELETE FROM {} WHERE staged_at < now() - %s").format(
+            qualified(staging)), (older_than,))
+        return cur.rowcount
