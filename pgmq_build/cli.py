@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import render
+from . import render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
 
@@ -29,7 +29,8 @@ def main() -> None:
               help="Output directory (default: the checkout's extension/).")
 def generate(out: Path | None) -> None:
     """Render templates/ into extension/: control file, install and standalone scripts of the
-    current version, and the upgrade scripts into it (released scripts are never rewritten)."""
+    current version, and the upgrade scripts into it (released scripts are never rewritten);
+    and the API listing docs/api.txt (not with --out)."""
     source = extension_dir()
     outdir = out or source
     problems = render.release_problems(source, MANIFEST)
@@ -38,40 +39,51 @@ def generate(out: Path | None) -> None:
             click.echo(p, err=True)
         _fail("the manifest's releases do not match extension/ and templates/upgrades/")
     try:
-        written = render.write_outputs(outdir, render.render_all(MANIFEST, source))
+        files = render.render_all(MANIFEST, source)
+        api = _listing(files)
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
+    written = [outdir / name for name in render.write_outputs(outdir, files)]
     if outdir.resolve() != source.resolve():  # a complete, installable copy: the frozen scripts too
         for name in render.released_scripts(MANIFEST.released):
             if not (outdir / name).exists():
                 shutil.copyfile(source / name, outdir / name)
-                written.append(name)
-    for name in written:
-        click.echo(f"wrote {outdir / name}")
+                written.append(outdir / name)
+    if out is None:
+        listing = surface.listing_path()
+        written += [listing.parent / n for n in render.write_outputs(listing.parent, {listing.name: api})]
+    for path in written:
+        click.echo(f"wrote {path}")
     if not written:
         click.echo(f"{outdir} is up to date")
 
 
 @main.command()
 def check() -> None:
-    """Exit non-zero when the committed extension/ differs from a fresh render, a released
-    script is missing or altered, the current version is already released, or an upgrade step
-    lacks its templates."""
+    """Exit non-zero when the committed extension/ or docs/api.txt differs from a fresh render,
+    a released script is missing or altered, the current version is already released, or an
+    upgrade step lacks its templates."""
     problems = render.release_problems(extension_dir(), MANIFEST)
     if problems:
         for p in problems:
             click.echo(p, err=True)
         _fail("the manifest's releases do not match extension/ and templates/upgrades/")
     try:
-        problems = render.diff_outputs(extension_dir(), render.render_all(MANIFEST, extension_dir()),
-                                       MANIFEST.released)
+        files = render.render_all(MANIFEST, extension_dir())
+        problems = render.diff_outputs(extension_dir(), files, MANIFEST.released)
+        problems += surface.listing_problems(_listing(files))
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
     for p in problems:
         click.echo(p, err=True)
     if problems:
-        _fail("extension/ is stale: run `pgmq-build generate` and commit the result")
-    click.echo("extension/ matches the templates and the released scripts")
+        _fail("extension/ or docs/api.txt is stale: run `pgmq-build generate` and commit the result")
+    click.echo("extension/ and docs/api.txt match the templates and the released scripts")
+
+
+def _listing(files: dict[str, str]) -> str:
+    """docs/api.txt's text, from the rendered install script."""
+    return surface.listing(files[render.install_name(MANIFEST.version)], MANIFEST)
 
 
 def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | None]], list[Path]]:

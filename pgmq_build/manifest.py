@@ -1,15 +1,20 @@
-"""The single source of truth: what the extension contains.
+"""What the extension contains, besides its SQL: versions, features, and each routine's policy.
 
-Every function the templates create is declared here with its arguments and result exactly as
-PostgreSQL prints them (``pg_get_function_arguments`` / ``pg_get_function_result`` with
-``search_path = pg_catalog``). The lint checks the rendered SQL against this list in both
-directions and the catalog-contract test checks an installed database against it.
+The routines themselves (names, arguments with their defaults, results) are declared once, in
+the templates: ``pgmq_build/surface.py`` parses them out of the rendered install script and
+``pgmq-build generate`` writes them to docs/api.txt, the listing that reviews see and the
+catalog-contract test checks an installed database against. This module keeps only what the SQL
+cannot say: why a routine may run as its owner, why it may leave search_path alone, whether it
+does upstream's work (ROUTINES), and upstream PGMQ's own signatures, the contract our upstream
+routines must keep (UPSTREAM_CONTRACT). The lint checks the rendered SQL against both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
@@ -22,23 +27,20 @@ IDENTIFIER_BUDGET = 63
 LONGEST_PREFIX = "template_pgmq_q_"
 MAX_QUEUE_NAME = IDENTIFIER_BUDGET - len(LONGEST_PREFIX)  # 47, as upstream
 
-MSGS = "SETOF pgmq.message_record"
-
 
 @dataclass(frozen=True)
-class Function:
-    """One CREATE FUNCTION / PROCEDURE.
+class Policy:
+    """What the SQL cannot say about a routine (every routine the templates create has one).
 
-    ``args`` is what ``pg_get_function_arguments`` prints (names, types, defaults);
-    ``returns`` is what ``pg_get_function_result`` prints (None for a procedure).
+    Keyed by name: it covers every overload of the name, unless ``arg_types`` names one
+    overload (input argument types as PostgreSQL prints them), for an overload whose policy
+    differs from the others'.
     """
 
     name: str
-    args: str
-    returns: str | None
-    security_definer: bool = False
+    arg_types: tuple[str, ...] | None = None
+    # Why this routine may be SECURITY DEFINER ("" = it must not be): lint PGMQ003.
     definer_reason: str = ""
-    upstream: bool = True  # part of upstream PGMQ 1.13's surface
     # An internal routine only upstream functions call (their work, moved out of them): like an
     # upstream function, it raises only what pgmq_build/errors.py declares (lint PGMQ011).
     upstream_path: bool = False
@@ -47,57 +49,20 @@ class Function:
     # search_path. Such a routine qualifies every name and operator itself.
     unpinned_reason: str = ""
     commits: bool = False  # a procedure that controls transactions (needs unpinned_reason)
-    # GUCs pinned besides search_path, as pg_proc.proconfig prints them ("name=value")
-    settings: tuple[str, ...] = ()
 
     @property
-    def upstream_errors(self) -> bool:
-        """Whether lint PGMQ011 holds this routine to upstream's declared errors."""
-        return self.upstream or self.upstream_path
+    def security_definer(self) -> bool:
+        return bool(self.definer_reason.strip())
 
     @property
-    def kind(self) -> str:
-        return "procedure" if self.returns is None else "function"
-
-    @property
-    def identity_args(self) -> str:
-        """The arguments without defaults, as pg_get_function_identity_arguments prints them."""
-        return ", ".join(_strip_default(a) for a in split_args(self.args))
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.name, self.identity_args)
+    def key(self) -> tuple[str, tuple[str, ...] | None]:
+        return (self.name, self.arg_types)
 
 
-def split_args(args: str) -> list[str]:
-    """Split an argument list on top-level commas (defaults may contain commas in quotes)."""
-    out, depth, quote, cur = [], 0, False, []
-    for ch in args:
-        if ch == "'":
-            quote = not quote
-        elif not quote and ch in "([":
-            depth += 1
-        elif not quote and ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0 and not quote:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    tail = "".join(cur).strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def strip_in(args: str) -> str:
-    """PostgreSQL prints procedure arguments as "IN name type"; the manifest writes "name type"."""
-    return ", ".join(a[3:] if a.startswith("IN ") else a for a in split_args(args))
-
-
-def _strip_default(arg: str) -> str:
-    idx = arg.find(" DEFAULT ")
-    return arg if idx < 0 else arg[:idx]
+def policies(*entries: str | Policy) -> tuple[Policy, ...]:
+    """ROUTINES' entries: a bare name is a routine with the default policy (our rights, pinned
+    search_path, no transaction control)."""
+    return tuple(Policy(e) if isinstance(e, str) else e for e in entries)
 
 
 @dataclass(frozen=True)
@@ -150,8 +115,7 @@ UPSTREAM_VERSIONS = ("1.13.0", "1.13.1")
 # test compares an upgraded database with a fresh install): an upgrade from upstream keeps
 # upstream's, with their rows, instead of creating them. Every other object of the install script
 # is created by the upgrade; upstream's routines are dropped first (ours have their identities:
-# the manifest's ``upstream=True`` functions) and its topic_bindings table becomes rows of
-# exchange_bindings.
+# UPSTREAM_CONTRACT) and its topic_bindings table becomes rows of exchange_bindings.
 UPSTREAM_KEPT: Mapping[str, tuple[str, ...]] = {
     "type": ("message_record", "queue_record", "metrics_result"),
     "table": ("meta", "notify_insert_throttle"),
@@ -165,7 +129,6 @@ class Feature:
 
     name: str
     templates: tuple[str, ...]
-    functions: tuple[Function, ...]
     config_tables: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
 
@@ -177,6 +140,8 @@ class Manifest:
     released: tuple[Release, ...]
     features: tuple[Feature, ...] = field(default_factory=tuple)
     upstream: tuple[str, ...] = ()  # UPSTREAM_VERSIONS: upstream PGMQ versions that upgrade to this one
+    routines: tuple[Policy, ...] = ()  # ROUTINES: every routine's policy
+    contract: tuple[str, ...] = ()  # UPSTREAM_CONTRACT: upstream's signatures (Signature.line)
 
     @property
     def released_versions(self) -> tuple[str, ...]:
@@ -196,9 +161,13 @@ class Manifest:
     def release(self, version: str) -> Release | None:
         return next((r for r in self.released if r.version == version), None)
 
-    @property
-    def functions(self) -> tuple[Function, ...]:
-        return tuple(f for feat in self.features for f in feat.functions)
+    @cached_property
+    def _policies(self) -> dict[tuple[str, tuple[str, ...] | None], Policy]:
+        return {p.key: p for p in self.routines}
+
+    def policy(self, name: str, arg_types: tuple[str, ...]) -> Policy | None:
+        """The policy of routine name(arg_types): its overload's entry, else its name's."""
+        return self._policies.get((name, tuple(arg_types))) or self._policies.get((name, None))
 
     @property
     def config_tables(self) -> tuple[str, ...]:
@@ -210,12 +179,6 @@ class Manifest:
                 return feat
         raise KeyError(name)
 
-
-def _f(name: str, args: str, returns: str | None, **kw: object) -> Function:
-    return Function(name, args, returns, **kw)  # type: ignore[arg-type]
-
-
-TS = "timestamp with time zone"
 
 CORE = Feature(
     name="core",
@@ -235,140 +198,19 @@ CORE = Feature(
         "grants.sql.j2",
     ),
     config_tables=("meta", "queue_owners"),
-    functions=(
-        # helpers
-        _f("_extension_exists", "extension_name text", "boolean"),
-        _f("_belongs_to_pgmq", "table_name text", "boolean"),
-        _f("format_table_name", "queue_name text, prefix text", "text"),
-        _f("validate_queue_name", "queue_name text", "void"),
-        # our functions' flavour of the two checks above (specific SQLSTATEs, pgmq_build/errors.py)
-        _f("_format_table_name", "queue_name text, prefix text", "text", upstream=False),
-        _f("_validate_queue_name", "queue_name text", "void", upstream=False),
-        _f("acquire_queue_lock", "queue_name text", "void"),
-        # ownership (templates/_macros/ownership.sql.j2)
-        _f("_is_trusted", "role_name name", "boolean", upstream=False),
-        _f("_role_owns_queue", "role_name name, queue_name text", "boolean", upstream=False),
-        _f("_owns_queue", "queue_name text", "boolean", upstream=False),
-        _f("_prove_caller", "", "void", upstream=False),
-        _f("_proven_caller", "", "name", upstream=False),
-        _f("_queue_objects", "queue_name text", "TABLE(kind text, object_name text)", upstream=False),
-        _f("_queue_privilege", "queue_name text, privilege text", "boolean", upstream=False),
-        # queue management
-        _f("create_non_partitioned", "queue_name text", "void"),
-        _f("create_unlogged", "queue_name text", "void"),
-        _f("create", "queue_name text", "void"),
-        _f("_create_queue_tables", "queue_name text, unlogged boolean", "void", upstream=False,
-           upstream_path=True),
-        _f("_create_queue_for", "queue_name text, unlogged boolean", "void", upstream=False, upstream_path=True,
-           security_definer=True,
-           definer_reason="queue tables belong to the extension's owner, so that no queue owner can attach "
-           "code to them; it makes a validated queue for the caller proven by _prove_caller, who becomes "
-           "its owner in queue_owners with table privileges only"),
-        _f("_drop_queue_tables", "queue_name text", "void", upstream=False, security_definer=True,
-           definer_reason="drops the tables (the extension owner's) of a queue whose owner is the caller "
-           "proven by _prove_caller"),
-        _f("drop_queue", "queue_name text", "boolean"),
-        _f("drop_queue", "queue_name text, partitioned boolean", "boolean"),
-        _f("purge_queue", "queue_name text", "bigint"),
-        _f("list_queues", "", "SETOF pgmq.queue_record"),
-        _f("detach_archive", "queue_name text", "void"),
-        # sending
-        _f("send", f"queue_name text, msg jsonb, headers jsonb, delay {TS}", "SETOF bigint"),
-        _f("send", "queue_name text, msg jsonb", "SETOF bigint"),
-        _f("send", "queue_name text, msg jsonb, headers jsonb", "SETOF bigint"),
-        _f("send", "queue_name text, msg jsonb, delay integer", "SETOF bigint"),
-        _f("send", f"queue_name text, msg jsonb, delay {TS}", "SETOF bigint"),
-        _f("send", "queue_name text, msg jsonb, headers jsonb, delay integer", "SETOF bigint"),
-        _f("_validate_batch_params", "msgs jsonb[], headers jsonb[]", "void"),
-        _f("_send_batch", f"queue_name text, msgs jsonb[], headers jsonb[], delay {TS}", "SETOF bigint"),
-        _f("send_batch", f"queue_name text, msgs jsonb[], headers jsonb[], delay {TS}", "SETOF bigint"),
-        _f("send_batch", "queue_name text, msgs jsonb[]", "SETOF bigint"),
-        _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[]", "SETOF bigint"),
-        _f("send_batch", "queue_name text, msgs jsonb[], delay integer", "SETOF bigint"),
-        _f("send_batch", f"queue_name text, msgs jsonb[], delay {TS}", "SETOF bigint"),
-        _f("send_batch", "queue_name text, msgs jsonb[], headers jsonb[], delay integer", "SETOF bigint"),
-        _f("_delay_to_vt", "delay integer", TS, upstream=False, upstream_path=True),
-        # reading
-        _f("read", "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb", MSGS),
-        _f(
-            "read_with_poll",
-            "queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5, "
-            "poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{}'::jsonb",
-            MSGS,
-        ),
-        _f("pop", "queue_name text, qty integer DEFAULT 1", MSGS),
-        # deleting / archiving
-        _f("delete", "queue_name text, msg_id bigint", "boolean"),
-        _f("delete", "queue_name text, msg_ids bigint[]", "SETOF bigint"),
-        _f("archive", "queue_name text, msg_id bigint", "boolean"),
-        _f("archive", "queue_name text, msg_ids bigint[]", "SETOF bigint"),
-        # visibility timeout
-        _f("set_vt", f"queue_name text, msg_ids bigint[], vt {TS}", MSGS),
-        _f("set_vt", "queue_name text, msg_ids bigint[], vt integer", MSGS),
-        _f("set_vt", f"queue_name text, msg_id bigint, vt {TS}", MSGS),
-        _f("set_vt", "queue_name text, msg_id bigint, vt integer", MSGS),
-        # metrics
-        _f("metrics", "queue_name text", "pgmq.metrics_result"),
-        _f("metrics_all", "", "SETOF pgmq.metrics_result"),
-    ),
 )
-
-POLL = "max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100"
-KEEPS_SEARCH_PATH = ("pg_partman sets search_path at session level; this outer function puts the caller's "
-                     "value back after its pinned inner function returns")
-PART_DEFAULTS = "partition_interval text DEFAULT '10000'::text, retention_interval text DEFAULT '100000'::text"
 
 PARTITIONED = Feature(
     name="partitioned",
     requires=("core",),
     templates=("functions/partman.sql.j2", "functions/create_partitioned.sql.j2"),
-    functions=(
-        _f("_extension_schema", "extension_name text", "text", upstream=False),
-        _f("_get_pg_partman_schema", "", "text"),
-        _f("_get_pg_partman_major_version", "", "integer"),
-        _f("_ensure_pg_partman_installed", "", "void"),
-        _f("_get_partition_col", "partition_interval text", "text"),
-        # Each routine calling pg_partman is an unpinned outer function that keeps the caller's
-        # search_path and a pinned inner one doing the work (create_partitioned.sql.j2).
-        _f("create_partitioned", f"queue_name text, {PART_DEFAULTS}, premake integer DEFAULT 4", "void",
-           unpinned_reason=KEEPS_SEARCH_PATH),
-        _f("_create_partitioned", "queue_name text, partition_interval text, retention_interval text, "
-           "premake integer", "void", upstream=False, upstream_path=True),
-        _f("convert_archive_partitioned",
-           f"table_name text, {PART_DEFAULTS}, leading_partition integer DEFAULT 10", "void",
-           unpinned_reason=KEEPS_SEARCH_PATH),
-        _f("_convert_archive_partitioned", "table_name text, partition_interval text, "
-           "retention_interval text, leading_partition integer", "void", upstream=False, upstream_path=True),
-        _f("run_partition_maintenance", "queue_name text DEFAULT NULL::text", "void", upstream=False,
-           unpinned_reason=KEEPS_SEARCH_PATH),
-        _f("_run_partition_maintenance", "queue_name text", "void", upstream=False),
-    ),
 )
 
 FIFO = Feature(
     name="fifo",
     requires=("core",),
     templates=("functions/fifo_index.sql.j2", "functions/read_grouped.sql.j2"),
-    functions=(
-        _f("_create_fifo_index_if_not_exists", "queue_name text", "void"),
-        _f("_build_fifo_index", "queue_name text", "void", upstream=False, security_definer=True,
-           definer_reason="creates the FIFO index on a table that belongs to the extension's owner, for the "
-           "queue's owner proven by _prove_caller; the index definition is fixed"),
-        _f("create_fifo_index", "queue_name text", "void"),
-        _f("create_fifo_indexes_all", "", "void"),
-        _f("read_grouped", "queue_name text, vt integer, qty integer", MSGS),
-        _f("read_grouped_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
-        _f("read_grouped_rr", "queue_name text, vt integer, qty integer", MSGS),
-        _f("read_grouped_rr_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
-        _f("read_grouped_head", "queue_name text, vt integer, qty integer", MSGS),
-        _f("read_grouped_head_with_poll", f"queue_name text, vt integer, qty integer, {POLL}", MSGS),
-    ),
 )
-
-ROUTED = "TABLE(queue_name text, msg_id bigint)"
-
-EXCHANGE_ROW = (f"TABLE(exchange_name text, exchange_type text, owner name, on_unroutable text, "
-                f"alternate_exchange text, created_at {TS})")
 
 # Exchanges and upstream's topics: one routing engine (_route); topic_bindings is a view of the
 # built-in topic exchange 'pgmq.topic'.
@@ -380,57 +222,6 @@ ROUTING = Feature(
                "functions/exchanges.sql.j2", "functions/bindings.sql.j2", "functions/publish.sql.j2",
                "functions/send_topic.sql.j2"),
     config_tables=("exchanges", "exchange_bindings", "exchange_publishers"),
-    functions=(
-        _f("validate_routing_key", "routing_key text", "boolean"),
-        _f("validate_topic_pattern", "pattern text", "boolean"),
-        _f("_validate_routing_key", "routing_key text", "boolean", upstream=False),
-        _f("_validate_topic_pattern", "pattern text", "boolean", upstream=False),
-        _f("_topic_regex", "pattern text", "text", upstream=False),
-        # the engine
-        _f("_headers_match", "arguments jsonb, headers jsonb", "boolean", upstream=False),
-        _f("_headers_arguments", "binding_key text", "jsonb", upstream=False),
-        _f("_may_publish", "exchange_name text", "boolean", upstream=False),
-        _f("_exchange_for_publish", "exchange_name text, routing_key text", "pgmq.exchanges", upstream=False),
-        _f("_route", "exchange_name text, routing_key text, headers jsonb", "SETOF text", upstream=False),
-        _f("_unroutable", "exchange_name text, routing_key text, on_unroutable text", "void", upstream=False),
-        # exchanges (pgpro_queue's signatures first)
-        _f("_owns_role", "role_name name", "boolean", upstream=False),
-        _f("create_exchange", "e_name name, e_type text DEFAULT 'fanout'::text", "void", upstream=False),
-        _f("drop_exchange", "e_name name, do_cascade boolean", "void", upstream=False),
-        _f("set_unroutable", "exchange_name text, on_unroutable text, alternate_exchange text DEFAULT NULL::text",
-           "void", upstream=False),
-        _f("list_exchanges", "", EXCHANGE_ROW, upstream=False),
-        _f("list_exchange_bindings", "exchange_name text DEFAULT NULL::text",
-           f"TABLE(exchange_name text, queue_name text, binding_key text, bound_at {TS})", upstream=False),
-        _f("_bind", "exchange_name text, queue_name text, binding_key text", "boolean", upstream=False),
-        _f("_unbind", "exchange_name text, queue_name text, binding_key text", "bigint", upstream=False),
-        _f("bind_queue", "q_name name, e_name name, e_key text", "void", upstream=False),
-        _f("unbind_queue", "q_name name, e_name name, e_key text", "void", upstream=False),
-        _f("publish", f"exchange_name text, routing_key text, msg jsonb, headers jsonb, delay {TS}", ROUTED,
-           upstream=False),
-        _f("publish", "exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, "
-           "delay integer DEFAULT 0", ROUTED, upstream=False),
-        _f("test_exchange_routing", "exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb",
-           "TABLE(queue_name text)", upstream=False),
-        # upstream's topic API
-        _f("bind_topic", "pattern text, queue_name text", "void"),
-        _f("unbind_topic", "pattern text, queue_name text", "boolean"),
-        _f("list_topic_bindings", "",
-           f"TABLE(pattern text, queue_name text, bound_at {TS}, compiled_regex text)"),
-        _f("list_topic_bindings", "queue_name text",
-           f"TABLE(pattern text, queue_name text, bound_at {TS}, compiled_regex text)"),
-        _f("test_routing", "routing_key text", "TABLE(pattern text, queue_name text, compiled_regex text)"),
-        _f("send_topic", "routing_key text, msg jsonb, headers jsonb, delay integer", "integer"),
-        _f("send_topic", "routing_key text, msg jsonb", "integer"),
-        _f("send_topic", "routing_key text, msg jsonb, delay integer", "integer"),
-        _f("send_topic", "routing_key text, msg jsonb, headers jsonb", "integer", upstream=False),
-        _f("send_batch_topic", f"routing_key text, msgs jsonb[], headers jsonb[], delay {TS}", ROUTED),
-        _f("send_batch_topic", "routing_key text, msgs jsonb[]", ROUTED),
-        _f("send_batch_topic", "routing_key text, msgs jsonb[], headers jsonb[]", ROUTED),
-        _f("send_batch_topic", "routing_key text, msgs jsonb[], delay integer", ROUTED),
-        _f("send_batch_topic", f"routing_key text, msgs jsonb[], delay {TS}", ROUTED),
-        _f("send_batch_topic", "routing_key text, msgs jsonb[], headers jsonb[], delay integer", ROUTED),
-    ),
 )
 
 NOTIFY = Feature(
@@ -438,23 +229,6 @@ NOTIFY = Feature(
     requires=("core",),
     templates=("tables.sql.j2", "functions/notify_insert.sql.j2", "functions/notify_msg_id.sql.j2"),
     config_tables=("notify_insert_throttle",),
-    functions=(
-        _f("notify_queue_listeners", "", "trigger", security_definer=True,
-           definer_reason="a trigger (cannot be called directly): senders advance the queue's throttle "
-           "clock without the right to change its throttle settings; it ignores tables outside the schema"),
-        _f("_set_notify_trigger", "queue_name text, kind text, enable boolean", "void", upstream=False,
-           security_definer=True,
-           definer_reason="creates or drops one of our two fixed notification triggers on a table that belongs "
-           "to the extension's owner, for the queue's owner proven by _prove_caller"),
-        _f("enable_notify_insert", "queue_name text, throttle_interval_ms integer DEFAULT 250", "void"),
-        _f("disable_notify_insert", "queue_name text", "void"),
-        _f("update_notify_insert", "queue_name text, throttle_interval_ms integer", "void"),
-        _f("list_notify_insert_throttles", "",
-           f"TABLE(queue_name text, throttle_interval_ms integer, last_notified_at {TS})"),
-        _f("_notify_msg_id", "", "trigger", upstream=False),
-        _f("enable_notify_msg_id", "queue_name text", "void", upstream=False),
-        _f("disable_notify_msg_id", "queue_name text", "void", upstream=False),
-    ),
 )
 
 DELIVERY = Feature(
@@ -464,111 +238,18 @@ DELIVERY = Feature(
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
                "functions/expire.sql.j2"),
     config_tables=("queue_settings", "dedup_keys"),
-    functions=(
-        _f("set_retry_policy",
-           "queue_name text, max_retries integer, retry_delay integer DEFAULT 0, "
-           "backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, "
-           "dead_letter_queue text DEFAULT NULL::text", "void", upstream=False),
-        _f("remove_retry_policy", "queue_name text", "void", upstream=False),
-        _f("set_dedup_window", "queue_name text, seconds integer", "void", upstream=False),
-        _f("set_message_ttl", "queue_name text, seconds integer", "void", upstream=False),
-        _f("list_queue_settings", "",
-           "TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, "
-           "backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, "
-           "dedup_window integer, message_ttl integer)", upstream=False),
-        _f("_note_message_limits", "queue_name text", "void", upstream=False, security_definer=True,
-           definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
-           "check per-message limits) without the right to change its settings"),
-        _f("_retry_delay", "attempts integer, retry_delay integer, backoff_factor double precision, "
-           "max_retry_delay integer", "integer", upstream=False),
-        _f("_dead_letter", "queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text",
-           "bigint", upstream=False),
-        _f("redrive", "dead_letter_queue text, target_queue text DEFAULT NULL::text, "
-           "max_messages integer DEFAULT NULL::integer", "bigint", upstream=False),
-        _f("_record_failure", "queue_name text, msg_id bigint, attempts integer, reason text, "
-           "error text DEFAULT NULL::text", "void", upstream=False),
-        _f("nack", "queue_name text, msg_id bigint, error text DEFAULT NULL::text", "boolean", upstream=False),
-        _f("checkpoint", "queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0",
-           "boolean", upstream=False),
-        _f("_send_dedup", f"queue_name text, msg jsonb, headers jsonb, delay {TS}", "bigint", upstream=False),
-        _f("send_reserved", "queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb",
-           "bigint", upstream=False),
-        _f("confirm", "queue_name text, msg_ids bigint[]", "bigint", upstream=False),
-        _f("expire_messages", "queue_name text DEFAULT NULL::text", "bigint", upstream=False),
-    ),
 )
-
-ANY_FILTERS = "q_name name, q_msg_hfilter jsonb DEFAULT NULL::jsonb, q_msg_pfilter jsonb DEFAULT NULL::jsonb"
-INSERT_OPTIONS = ("q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, "
-                  "q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, "
-                  f"q_msg_enable_time {TS} DEFAULT NULL::{TS}")
-
-# GUCs the payload conversions pin so that text round trips are exact (templates/_macros/payload.sql.j2).
-PAYLOAD_IO = ("DateStyle=ISO, YMD", "IntervalStyle=postgres", "extra_float_digits=1", "bytea_output=hex",
-              "xmloption=content", "array_nulls=on", "lc_monetary=C")
-TYPED_ROWS = (f"TABLE(msg_id bigint, read_ct integer, enqueued_at {TS}, last_read_at {TS}, visible_at {TS}, "
-              "payload anyelement, headers jsonb)")
 
 PAYLOADS = Feature(
     name="payloads",
     requires=("core", "delivery"),
     templates=("functions/types.sql.j2", "functions/messages.sql.j2"),
-    functions=(
-        _f("_payload_type_of", "queue_name text", "text", upstream=False),
-        _f("_encode_payload", "payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb",
-           "record", upstream=False, settings=PAYLOAD_IO),
-        _f("_payload_ok", "payload text, type_name text", "boolean", upstream=False, settings=PAYLOAD_IO),
-        _f("_decode_payload", "message jsonb, headers jsonb, payload_type anyelement", "anyelement",
-           upstream=False, settings=PAYLOAD_IO),
-        _f("_payload_type_untrusted", "payload_type regtype", "text", upstream=False),
-        _f("_set_payload_check", "queue_name text, type_name text", "void", upstream=False, security_definer=True,
-           definer_reason="adds or drops the fixed payload CHECK constraint on a table that belongs to the "
-           "extension's owner, for the queue's owner proven by _prove_caller; trusted types only"),
-        _f("set_payload_type", "queue_name text, payload_type regtype", "void", upstream=False),
-        _f("create", "queue_name text, payload_type regtype", "void", upstream=False),
-        _f("payload_type", "queue_name text", "regtype", upstream=False),
-        _f("send_payload", "queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, "
-           "delay integer DEFAULT 0", "bigint", upstream=False),
-        _f("read_payload", "queue_name text, vt integer, qty integer, payload_type anyelement", TYPED_ROWS,
-           upstream=False),
-        _f("pop_payload", "queue_name text, qty integer, payload_type anyelement", TYPED_ROWS, upstream=False),
-    ),
 )
 
 PGPRO = Feature(
     name="pgpro",
     requires=("core", "delivery", "payloads", "routing"),
     templates=("functions/queues.sql.j2", "functions/messages.sql.j2", "functions/publish.sql.j2"),
-    functions=(
-        _f("queue_initialize", "", "void", upstream=False),
-        _f("queue_deinitialize", "", "void", upstream=False),
-        _f("create_queue", "queue_name name, queue_type character DEFAULT 'N'::bpchar, "
-           "queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, "
-           "queue_retry_delay integer DEFAULT 30", None, upstream=False),
-        _f("alter_queue", "queue_name name, new_type character DEFAULT NULL::bpchar, "
-           "new_dlq name DEFAULT NULL::name, new_retries integer DEFAULT NULL::integer, "
-           "new_retrydelay integer DEFAULT NULL::integer", None, upstream=False),
-        _f("drop_queue", "queue_name name", None, upstream=False),
-        _f("get_queue_table", "queue_name name", "oid", upstream=False),
-        _f("_xid_status", "xid32 bigint", "text", upstream=False),
-        _f("_claim_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, "
-           "kinds text[] DEFAULT NULL::text[]", "pgmq.message_record", upstream=False),
-        _f("_take_message", "queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, "
-           "kinds text[] DEFAULT NULL::text[]", "pgmq.message_record", upstream=False),
-        _f("insert_message", f"q_name name, q_msg_body jsonb, {INSERT_OPTIONS}", None, upstream=False),
-        _f("insert_message_xml", f"q_name name, q_msg_body xml, {INSERT_OPTIONS}", None, upstream=False),
-        _f("publish_message", f"e_name name, e_routing_key text, q_msg_body jsonb, {INSERT_OPTIONS}", None,
-           upstream=False),
-        _f("publish_message_xml", f"e_name name, e_routing_key text, q_msg_body xml, {INSERT_OPTIONS}", None,
-           upstream=False),
-        _f("read_message", ANY_FILTERS, "jsonb", upstream=False),
-        _f("read_message_xml", ANY_FILTERS, "xml", upstream=False),
-        _f("read_message_by_id", "q_name name, msgid bigint", "jsonb", upstream=False),
-        _f("read_message_by_id_xml", "q_name name, msgid bigint", "xml", upstream=False),
-        _f("read_message_any", ANY_FILTERS + ", OUT q_jsonb jsonb, OUT q_xml xml", "record", upstream=False),
-        _f("read_message_by_id_any", "q_name name, msgid bigint, OUT body jsonb, OUT body_xml xml", "record",
-           upstream=False),
-    ),
 )
 
 CALLBACKS = Feature(
@@ -576,48 +257,125 @@ CALLBACKS = Feature(
     requires=("core", "delivery", "pgpro"),
     templates=("tables.sql.j2", "functions/callbacks.sql.j2"),
     config_tables=("callbacks",),
-    functions=(
-        _f("register_callback", "q_name text, callback text", None, upstream=False,
-           unpinned_reason="resolves the callback's name in the caller's search_path"),
-        _f("unregister_callback", "q_name text, callback text", None, upstream=False,
-           unpinned_reason="resolves the callback's name in the caller's search_path"),
-        _f("_register_callback", "q_name text, proc regprocedure, callback text, caller_search_path text", None,
-           upstream=False),
-        _f("_unregister_callback", "q_name text, proc regprocedure, callback text", None, upstream=False),
-        _f("_make_callback_runner", "role_name name", "void", upstream=False, security_definer=True,
-           definer_reason="creates a role's callback runner (a fixed SECURITY DEFINER function) in the schema "
-           "and hands it to that role, for a proven caller that may act as it, so that callbacks run with "
-           "their registrant's rights"),
-        _f("list_callbacks", "", f"TABLE(queue_name text, callback text, registered_at {TS})", upstream=False),
-        _f("_dispatch_one", "queue_name text", "text", upstream=False),
-        _f("_callback_queues", "queue_name text", "text[]", upstream=False),
-        _f("dispatch", "queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100", None,
-           upstream=False, commits=True,
-           unpinned_reason="commits once per message, so one failing callback never undoes another"),
-    ),
 )
 
 ACCESS = Feature(
     name="access",
     requires=("core", "delivery", "routing", "notify", "callbacks"),
     templates=("functions/access.sql.j2", "policies.sql.j2"),
-    functions=(
-        _f("_set_queue_access", "queue_name name, role_name name, allow boolean", "void", upstream=False,
-           security_definer=True,
-           definer_reason="grants and revokes privileges on tables that belong to the extension's owner, for "
-           "the queue's owner proven by _prove_caller; only the fixed table privileges of a queue"),
-        _f("grant_queue_access", "queue_name name, role_name name", None, upstream=False),
-        _f("grant_queue_access", "queue_name name, role_oid oid", None, upstream=False),
-        _f("revoke_queue_access", "queue_name name, role_name name", None, upstream=False),
-        _f("revoke_queue_access", "queue_name name, role_oid oid", None, upstream=False),
-        _f("reset_queue_access", "queue_name name", None, upstream=False),
-        _f("grant_publish_access", "exchange_name name, role_name name", None, upstream=False),
-        _f("revoke_publish_access", "exchange_name name, role_name name", None, upstream=False),
-    ),
 )
+
+# SECURITY DEFINER routines work on tables that belong to the extension's owner for a caller that
+# _prove_caller has proven; each says why that is safe.
+PROVEN_OWNER = "for the queue's owner proven by _prove_caller"
+KEEPS_SEARCH_PATH = ("pg_partman sets search_path at session level; this outer function puts the caller's "
+                     "value back after its pinned inner function returns")
+CALLERS_PATH = "resolves the callback's name in the caller's search_path"
+
+# Every routine the templates create, by name, in install order (README "Development"; signatures:
+# docs/api.txt). A bare name: the default policy. The lint fails on a routine without an entry
+# here and on an entry without a routine.
+ROUTINES = policies(
+    # core: helpers, ownership (templates/_macros/ownership.sql.j2), queue management
+    "_extension_exists", "_belongs_to_pgmq", "format_table_name", "validate_queue_name",
+    "_format_table_name", "_validate_queue_name", "acquire_queue_lock",
+    "_is_trusted", "_role_owns_queue", "_owns_queue", "_prove_caller", "_proven_caller",
+    "_queue_objects", "_queue_privilege",
+    "create_non_partitioned", "create_unlogged", "create",
+    Policy("_create_queue_tables", upstream_path=True),
+    Policy("_create_queue_for", upstream_path=True,
+           definer_reason="queue tables belong to the extension's owner, so that no queue owner can attach "
+           "code to them; it makes a validated queue for the caller proven by _prove_caller, who becomes "
+           "its owner in queue_owners with table privileges only"),
+    Policy("_drop_queue_tables",
+           definer_reason="drops the tables (the extension owner's) of a queue whose owner is the caller "
+           "proven by _prove_caller"),
+    "drop_queue", "purge_queue", "list_queues", "detach_archive",
+    # core: sending, reading, finishing, metrics
+    "send", "_validate_batch_params", "_send_batch", "send_batch",
+    Policy("_delay_to_vt", upstream_path=True),
+    "read", "read_with_poll", "pop", "delete", "archive", "set_vt", "metrics", "metrics_all",
+    # delivery
+    "set_retry_policy", "remove_retry_policy", "set_dedup_window", "set_message_ttl",
+    "list_queue_settings",
+    Policy("_note_message_limits",
+           definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
+           "check per-message limits) without the right to change its settings"),
+    "_retry_delay", "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
+    "_send_dedup", "send_reserved", "confirm", "expire_messages",
+    # partitioned: each routine calling pg_partman is an unpinned outer function that keeps the
+    # caller's search_path and a pinned inner one doing the work (create_partitioned.sql.j2)
+    "_extension_schema", "_get_pg_partman_schema", "_get_pg_partman_major_version",
+    "_ensure_pg_partman_installed", "_get_partition_col",
+    Policy("create_partitioned", unpinned_reason=KEEPS_SEARCH_PATH),
+    Policy("_create_partitioned", upstream_path=True),
+    Policy("convert_archive_partitioned", unpinned_reason=KEEPS_SEARCH_PATH),
+    Policy("_convert_archive_partitioned", upstream_path=True),
+    Policy("run_partition_maintenance", unpinned_reason=KEEPS_SEARCH_PATH),
+    "_run_partition_maintenance",
+    # fifo
+    "_create_fifo_index_if_not_exists",
+    Policy("_build_fifo_index",
+           definer_reason="creates the FIFO index on a table that belongs to the extension's owner, "
+           f"{PROVEN_OWNER}; the index definition is fixed"),
+    "create_fifo_index", "create_fifo_indexes_all", "read_grouped", "read_grouped_with_poll",
+    "read_grouped_rr", "read_grouped_rr_with_poll", "read_grouped_head", "read_grouped_head_with_poll",
+    # routing: validation, the engine, exchanges (pgpro_queue's signatures first), upstream's topics
+    "validate_routing_key", "validate_topic_pattern", "_validate_routing_key", "_validate_topic_pattern",
+    "_topic_regex", "_headers_match", "_headers_arguments", "_may_publish", "_exchange_for_publish",
+    "_route", "_unroutable", "_owns_role", "create_exchange", "drop_exchange", "set_unroutable",
+    "list_exchanges", "list_exchange_bindings", "_bind", "_unbind", "bind_queue", "unbind_queue",
+    "publish", "test_exchange_routing", "bind_topic", "unbind_topic", "list_topic_bindings",
+    "test_routing", "send_topic", "send_batch_topic",
+    # notify
+    Policy("notify_queue_listeners",
+           definer_reason="a trigger (cannot be called directly): senders advance the queue's throttle "
+           "clock without the right to change its throttle settings; it ignores tables outside the schema"),
+    Policy("_set_notify_trigger",
+           definer_reason="creates or drops one of our two fixed notification triggers on a table that "
+           f"belongs to the extension's owner, {PROVEN_OWNER}"),
+    "enable_notify_insert", "disable_notify_insert", "update_notify_insert",
+    "list_notify_insert_throttles", "_notify_msg_id", "enable_notify_msg_id", "disable_notify_msg_id",
+    # payloads (the conversions pin more GUCs: templates/features/payloads/functions/types.sql.j2)
+    "_payload_type_of", "_encode_payload", "_payload_ok", "_decode_payload", "_payload_type_untrusted",
+    Policy("_set_payload_check",
+           definer_reason="adds or drops the fixed payload CHECK constraint on a table that belongs to the "
+           f"extension's owner, {PROVEN_OWNER}; trusted types only"),
+    "set_payload_type", "payload_type", "send_payload", "read_payload", "pop_payload",
+    # pgpro
+    "queue_initialize", "queue_deinitialize", "create_queue", "alter_queue", "get_queue_table",
+    "_xid_status", "_claim_message", "_take_message", "insert_message", "insert_message_xml",
+    "publish_message", "publish_message_xml", "read_message", "read_message_xml", "read_message_by_id",
+    "read_message_by_id_xml", "read_message_any", "read_message_by_id_any",
+    # callbacks
+    Policy("register_callback", unpinned_reason=CALLERS_PATH),
+    Policy("unregister_callback", unpinned_reason=CALLERS_PATH),
+    "_register_callback", "_unregister_callback",
+    Policy("_make_callback_runner",
+           definer_reason="creates a role's callback runner (a fixed SECURITY DEFINER function) in the "
+           "schema and hands it to that role, for a proven caller that may act as it, so that callbacks "
+           "run with their registrant's rights"),
+    "list_callbacks", "_dispatch_one", "_callback_queues",
+    Policy("dispatch", commits=True,
+           unpinned_reason="commits once per message, so one failing callback never undoes another"),
+    # access
+    Policy("_set_queue_access",
+           definer_reason="grants and revokes privileges on tables that belong to the extension's owner, "
+           f"{PROVEN_OWNER}; only the fixed table privileges of a queue"),
+    "grant_queue_access", "revoke_queue_access", "reset_queue_access", "grant_publish_access",
+    "revoke_publish_access",
+)
+
+# Upstream PGMQ 1.13's routines, as PostgreSQL prints them: the contract our routines of the same
+# identity keep, argument names and defaults included (lint PGMQ012; they are "upstream" in
+# docs/api.txt and raise only upstream's errors, PGMQ011). Derived once from upstream's own SQL
+# (tests/unit/test_upstream_steps.py re-derives it from the PyPI package pgmq's pgmq.sql).
+UPSTREAM_CONTRACT_FILE = Path(__file__).with_name("upstream-pgmq-1.13.txt")
+UPSTREAM_CONTRACT = tuple(line for line in UPSTREAM_CONTRACT_FILE.read_text().splitlines()
+                          if line.strip() and not line.startswith("#"))
 
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
                     features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
                               CALLBACKS, ACCESS),
-                    upstream=UPSTREAM_VERSIONS)
+                    upstream=UPSTREAM_VERSIONS, routines=ROUTINES, contract=UPSTREAM_CONTRACT)

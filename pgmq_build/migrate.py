@@ -30,7 +30,8 @@ import psycopg
 from pglast import ast, parse_sql
 from psycopg import sql
 
-from . import install, upgrade
+from . import install, surface, upgrade
+from .lint.sqlast import strip_in
 from .manifest import MANIFEST, Manifest
 from .paths import extension_dir
 from .render import install_name, upgrade_name
@@ -86,8 +87,9 @@ class Found:
         return f"upstream PGMQ {self.version} ({how})"
 
 
-def _ours_upstream(manifest: Manifest) -> set[tuple[str, str]]:
-    return {(f.name, f.identity_args) for f in manifest.functions if f.upstream}
+def _identities(manifest: Manifest, upstream: bool) -> set[tuple[str, str]]:
+    """(name, identity arguments) of our routines that upstream has too, or of our own only."""
+    return {(e.name, e.signature.identity) for e in surface.current(manifest) if e.upstream == upstream}
 
 
 def inspect(conn: psycopg.Connection, manifest: Manifest = MANIFEST) -> Found:
@@ -113,9 +115,9 @@ def inspect(conn: psycopg.Connection, manifest: Manifest = MANIFEST) -> Found:
                            "`pgmq-build install --standalone --dsn ...`; nothing was changed")
     rows = conn.execute("""SELECT p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)
                            FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace""").fetchall()
-    present = set(rows)
-    wanted = _ours_upstream(manifest)
-    ours_only = {(f.name, f.identity_args) for f in manifest.functions if not f.upstream} & present
+    present = {(name, strip_in(args)) for name, args in rows}
+    wanted = _identities(manifest, upstream=True)
+    ours_only = _identities(manifest, upstream=False) & present
     if ours_only:
         names = ", ".join(sorted(f"pgmq.{n}({a})" for n, a in ours_only)[:3])
         raise MigrateError(f"schema pgmq holds routines of this project ({names}...) but is not marked as one of "

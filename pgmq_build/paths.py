@@ -1,4 +1,4 @@
-"""Where templates/ and extension/ live: the checkout, or the copies shipped in the wheel."""
+"""Where templates/, extension/ and docs/ live: the checkout, or the copies shipped in the wheel."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def templates_dir() -> Path:
 
 def extension_dir() -> Path:
     return _pick("extension")
+
+
+def docs_dir() -> Path:
+    """docs/: the generated API listing (api.txt)."""
+    return _pick("docs")
 
 
 def repo_root() -> Path:

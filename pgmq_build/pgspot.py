@@ -15,7 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .manifest import MANIFEST, Manifest, split_args
+from . import surface
+from .lint.sqlast import split_args
+from .manifest import MANIFEST, Manifest
 from .paths import extension_dir
 
 PGSPOT_VERSION = "0.9.4"
@@ -26,14 +28,14 @@ class PgspotError(Exception):
 
 
 def allowed_unpinned(manifest: Manifest = MANIFEST) -> list[str]:
-    """The only narrowing of pgspot we accept, kept in this one place: routines the manifest
-    declares with an ``unpinned_reason`` (a procedure that COMMITs cannot SET search_path; a
+    """The only narrowing of pgspot we accept, kept in this one place: routines whose manifest
+    policy gives an ``unpinned_reason`` (a procedure that COMMITs cannot SET search_path; a
     callback name must resolve in the caller's path) may lack SET search_path, so pgspot's PS005
-    is waived for exactly them. pgspot still checks their bodies as if the search_path were
-    hostile, so every name and operator in them must be qualified. Spelled as pgspot spells a
-    routine: ``schema.name(arg type,arg type)``."""
-    return [f"{manifest.schema}.{f.name}({','.join(split_args(f.identity_args))})"
-            for f in manifest.functions if f.unpinned_reason]
+    is waived for exactly them (each overload, as the templates create them). pgspot still
+    checks their bodies as if the search_path were hostile, so every name and operator in them
+    must be qualified. Spelled as pgspot spells a routine: ``schema.name(arg type,arg type)``."""
+    return [f"{manifest.schema}.{e.name}({','.join(split_args(e.signature.identity))})"
+            for e in surface.current(manifest) if e.policy and e.policy.unpinned_reason]
 
 
 def command(pgspot: Sequence[str], files: Sequence[Path], manifest: Manifest = MANIFEST,

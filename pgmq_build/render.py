@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -13,12 +14,12 @@ from pglast import ast, parse_sql
 from . import upgrade
 from .errors import DeclarationError, raise_error
 from .lint import sqlast
+from .lint.script import routine_statements
 from .manifest import (
     MANIFEST,
     MAX_QUEUE_NAME,
     UPSTREAM_KEPT,
     Feature,
-    Function,
     Manifest,
     Release,
     version_key,
@@ -48,7 +49,7 @@ def make_env(target: str, manifest: Manifest = MANIFEST, path: Path | None = Non
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters["identity_args"] = lambda args: Function("_", args, "void").identity_args
+    env.filters["identity_args"] = sqlast.strip_defaults
     env.filters["sql_literal"] = sql_literal
     # Globals, not render context: macros imported with {% from %} only see globals.
     env.globals.update(
@@ -73,8 +74,13 @@ def rendering(feature: str, template: str) -> Iterator[None]:
         raise RenderError(f"{where}: {exc}") from exc
 
 
+# The line that opens each feature's part of the install script (surface.py finds features by it).
+FEATURE_HEADER = "-- " + "-" * 64 + " feature: {name}\n"
+FEATURE_HEADER_RE = re.compile("^" + re.escape(FEATURE_HEADER.split("{")[0]) + r"(\w+)$", re.M)
+
+
 def render_feature(env: jinja2.Environment, feature: Feature) -> str:
-    parts = [f"-- ---------------------------------------------------------------- feature: {feature.name}\n"]
+    parts = [FEATURE_HEADER.format(name=feature.name)]
     for tpl in feature.templates:
         name = f"features/{feature.name}/{tpl}"
         with rendering(feature.name, tpl):
@@ -291,18 +297,13 @@ def upstream_body(manifest: Manifest = MANIFEST, target: str = "extension", path
 
 
 def upstream_routines(manifest: Manifest, install_sql: str) -> list[upgrade.Routine]:
-    """Our routines that upstream PGMQ has (manifest ``upstream=True``; same identities), in the
-    install script's order."""
-    names = {(manifest.schema, f.name, f.identity_args) for f in manifest.functions if f.upstream}
-    out = []
-    for raw in parse_sql(upgrade.strip_guard(install_sql)):
-        node = raw.stmt
-        if isinstance(node, ast.CreateFunctionStmt):
-            schema, name = (n.sval for n in node.funcname)
-            if (schema, name, sqlast.identity_args(node)) in names:
-                out.append(upgrade.routine_of(node, ""))
-    if len(out) != len(names):
-        raise RenderError(f"the install script creates {len(out)} of the {len(names)} upstream routines")
+    """Our routines that upstream PGMQ has (manifest.UPSTREAM_CONTRACT: same identities), in
+    the install script's order."""
+    keys = {(manifest.schema, *s.key) for s in sqlast.parse_signatures(manifest.contract)}
+    out = [r for r in (upgrade.routine_of(node, "") for _, node in routine_statements(install_sql))
+           if r.key in keys]
+    if len(out) != len(keys):
+        raise RenderError(f"the install script creates {len(out)} of the {len(keys)} upstream routines")
     return out
 
 

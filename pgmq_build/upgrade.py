@@ -38,7 +38,7 @@ from pglast.enums import GrantTargetType, ObjectType, RoleSpecType
 from pglast.parser import ParseError
 
 from .lint import sqlast
-from .lint.script import GUARD_RE
+from .lint.script import blank_guard
 
 ROUTINE_OBJECTS = {
     ObjectType.OBJECT_FUNCTION: "function",
@@ -108,9 +108,7 @@ class ScriptRoutines:
 
 # ----------------------------------------------------------------------------- extraction
 
-def strip_guard(sql: str) -> str:
-    """The script with a psql guard line blanked (offsets and line numbers kept)."""
-    return GUARD_RE.sub(lambda m: " " * len(m.group(0)), sql)
+strip_guard = blank_guard  # the script with a psql guard line blanked (offsets and lines kept)
 
 
 def _mode(p: ast.FunctionParameter) -> str:

@@ -11,21 +11,23 @@ CODES: dict[str, str] = {
         "hand; any other backslash command would break CREATE EXTENSION or the standalone install."
     ),
     "PGMQ002": (
-        "Every CREATE FUNCTION/PROCEDURE names the extension schema explicitly and matches a "
-        "function declared in the manifest (name, argument names and types, result), and every "
-        "declared function is created exactly once. The manifest is the contract that the "
-        "catalog tests, the upgrade scripts and the documentation are checked against; a routine "
-        "the manifest does not know about, or an overload that silently changed its signature, "
-        "would escape all of them. An unqualified name lands in whatever schema is first on the "
-        "search_path of the session that installs the script."
+        "Every CREATE FUNCTION/PROCEDURE names the extension schema explicitly, is created once, "
+        "and has a policy entry in the manifest (manifest.ROUTINES, by name); in an install "
+        "script every policy entry matches a routine. The signature itself is declared once, in "
+        "the template, and listed in docs/api.txt, so an API change shows in review; the policy "
+        "entry is where a routine's security decisions live (PGMQ003, PGMQ009, PGMQ011), and a "
+        "routine without one, or an entry left behind by a removed routine, would mean a decision "
+        "nobody made. Its arguments must print as PostgreSQL prints them (known DEFAULT forms "
+        "only). An unqualified name lands in whatever schema is first on the search_path of the "
+        "session that installs the script."
     ),
     "PGMQ003": (
         "Every routine pins `SET search_path = pg_catalog, pg_temp`. Without it, an unqualified "
         "function, operator or type inside the body resolves through the caller's search_path, "
         "where anyone with CREATE on a schema can plant a look-alike. pg_temp goes last so a "
         "temporary object can never shadow a catalog one. SECURITY DEFINER runs with the owner's "
-        "rights, so it is allowed only where the manifest declares it with a reason, and such a "
-        "routine must be REVOKEd from PUBLIC so only explicitly granted roles can call it. "
+        "rights, so it is allowed only where the manifest's policy gives a definer_reason, and "
+        "such a routine must be REVOKEd from PUBLIC so only explicitly granted roles can call it. "
         "The exception is a routine whose manifest entry gives an unpinned_reason (a procedure "
         "that commits, where PostgreSQL forbids SET, or one that must resolve a caller-given "
         "name in the caller's search_path): it must not pin and must qualify everything."
@@ -84,14 +86,24 @@ CODES: dict[str, str] = {
         "IMMUTABLE gives stale results. Procedures have no volatility and are exempt."
     ),
     "PGMQ011": (
-        "The body of every upstream function (manifest upstream=True, or upstream_path=True for "
-        "the internal routine doing an upstream function's work) raises only errors, warnings "
-        "and notices declared in pgmq_build/errors.py, each with the condition declared for it: "
+        "The body of every upstream function (one of upstream's contract, "
+        "manifest.UPSTREAM_CONTRACT, or a routine whose policy says upstream_path: the internal "
+        "routine doing an upstream function's work) raises only errors, warnings and notices "
+        "declared in pgmq_build/errors.py, each with the condition declared for it: "
         "upstream's own texts with P0001 (a plain RAISE EXCEPTION, as upstream), PostgreSQL's "
         "errors we raise ahead of the statement that would, P0001 stand-ins where upstream fails "
         "inside pg_partman, and our deliberate refusals with their specific SQLSTATEs. Clients "
         "of upstream PGMQ catch P0001 (psycopg's RaiseException) and match upstream's texts, "
         "so an improvised RAISE in one of these functions would break them; templates render "
         "the declared statements with raise_error(key, args...)."
+    ),
+    "PGMQ012": (
+        "A routine with the identity (name and argument types) of one of upstream PGMQ 1.13's "
+        "routines keeps upstream's whole signature: argument names, defaults, result columns and "
+        "kind, exactly as PostgreSQL prints them, and an install script creates every one of "
+        "them. Upstream's clients call with named arguments (queue_name => ...) and read result "
+        "columns by name, so a renamed argument or a dropped default breaks them. The contract "
+        "is upstream's own list (pgmq_build/upstream-pgmq-1.13.txt, derived from upstream's SQL), "
+        "not a restatement of ours."
     ),
 }

@@ -7,7 +7,6 @@ take a parsed :class:`~.script.Script` and yield :class:`~.script.Problem` items
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator
 
 from pglast import ast, parse_sql, visitors
@@ -49,26 +48,30 @@ def pgmq001_parses(sql: str, target: str, upgrade: bool = False) -> list[Problem
 # ----------------------------------------------------------------------------- PGMQ002
 
 def pgmq002_declared(script: Script) -> Iterator[Problem]:
-    """Routines are schema-qualified and declared; every declared routine is created once."""
-    schema, declared = script.manifest.schema, script.declared
+    """Routines are schema-qualified, created once, printable and have a policy entry; in an
+    install script every policy entry has a routine."""
+    schema, seen = script.manifest.schema, set()
     for r in script.routines:
         if not r.qualified:
             yield problem("PGMQ002", r, f"name must be qualified with schema {schema!r}")
             continue
-        fn, result = declared.get(r.key), sqlast.result_type(r.node)
-        if fn is None:
-            known = [f.identity_args for f in declared.values() if f.name == r.key[0]]
-            hint = f"; the manifest has ({'), ('.join(known)})" if known else ""
-            yield problem("PGMQ002", r, f"not declared in the manifest{hint}")
-        elif result != fn.returns:
-            got, want = result or "nothing (a procedure)", fn.returns or "a procedure"
-            yield problem("PGMQ002", r, f"returns {got}, the manifest says {want}")
-    created = Counter(r.key for r in script.routines if r.qualified)
-    for key, fn in declared.items():
-        if created[key] > 1 or (created[key] == 0 and not script.upgrade):
-            what = f"created {created[key]} times" if created[key] else "never created"
-            obj = f"{schema}.{fn.name}({fn.identity_args})"
-            yield Problem("PGMQ002", obj, f"declared in the manifest but {what}", 1)
+        if r.key in seen:
+            yield problem("PGMQ002", r, "created more than once")
+        seen.add(r.key)
+        if script.policy(r) is None:
+            yield problem("PGMQ002", r, f"no policy entry for {r.key[0]} in the manifest (manifest.ROUTINES)")
+        try:
+            sqlast.arguments(r.node)
+        except ValueError as exc:
+            yield problem("PGMQ002", r, f"its arguments cannot be listed as PostgreSQL prints them: {exc}")
+    if script.upgrade:
+        return
+    names = {name for name, _ in seen}
+    for policy in script.manifest.routines:
+        if (policy.name not in names) if policy.arg_types is None else (policy.key not in seen):
+            types = "" if policy.arg_types is None else f"({', '.join(policy.arg_types)})"
+            yield Problem("PGMQ002", f"{schema}.{policy.name}{types}",
+                          "has a policy entry in the manifest but the script creates no such routine", 1)
 
 
 # ----------------------------------------------------------------------------- PGMQ003
@@ -98,8 +101,9 @@ def _revokes_from_public(node: ast.Node, fn: ast.CreateFunctionStmt) -> bool:
 def pgmq003_search_path_and_security(script: Script) -> Iterator[Problem]:
     """search_path is pinned; SECURITY DEFINER only where declared, and revoked from PUBLIC."""
     for r in script.routines:
+        policy = script.policy(r)
         paths = [s for s in r.settings if s.name == "search_path"]
-        unpinned = _declared(script, r, "unpinned_reason")
+        unpinned = bool(policy and policy.unpinned_reason.strip())
         if not paths and not unpinned:
             yield problem("PGMQ003", r, "no SET search_path = pg_catalog, pg_temp")
         if paths and unpinned:
@@ -108,23 +112,13 @@ def pgmq003_search_path_and_security(script: Script) -> Iterator[Problem]:
             yield problem("PGMQ003", r, message)
         security = r.options.get("security")
         definer = bool(security is not None and security.boolval)
-        fn = script.declared.get(r.key) if r.qualified else None
-        allowed = bool(fn and fn.security_definer)
+        allowed = bool(policy and policy.security_definer)
         if definer and not allowed:
-            yield problem("PGMQ003", r, "SECURITY DEFINER but the manifest does not allow it")
+            yield problem("PGMQ003", r, "SECURITY DEFINER but the manifest gives no definer_reason for it")
         elif allowed and not definer:
-            yield problem("PGMQ003", r, "the manifest declares SECURITY DEFINER but it is not")
-        elif definer and not fn.definer_reason.strip():
-            yield problem("PGMQ003", r, "SECURITY DEFINER needs a definer_reason in the manifest")
+            yield problem("PGMQ003", r, "the manifest gives a definer_reason but it is not SECURITY DEFINER")
         if definer and not any(_revokes_from_public(s.node, r.node) for s in script.statements):
             yield problem("PGMQ003", r, "SECURITY DEFINER without REVOKE ... FROM PUBLIC")
-
-
-def _declared(script: Script, r, attribute: str):
-    """A manifest attribute of routine r (falsy when r is not declared)."""
-    fn = script.declared.get(r.key) if r.qualified else None
-    value = getattr(fn, attribute, None) if fn is not None else None
-    return value.strip() if isinstance(value, str) else value
 
 
 # ----------------------------------------------------------------------------- PGMQ004
@@ -311,7 +305,8 @@ def pgmq009_no_transactions_ascii(script: Script) -> Iterator[Problem]:
         in_plpgsql = any(k in n for n in sqlast.walk(r.plpgsql or []) for k in PLPGSQL_TRANSACTION)
         nodes = (getattr(s, "stmt", s) for sql in r.sql for s in sql.stmts)
         in_sql = any(isinstance(n, ast.TransactionStmt) for n in nodes)
-        if (in_plpgsql or in_sql) and not (r.node.is_procedure and _declared(script, r, "commits")):
+        policy = script.policy(r)
+        if (in_plpgsql or in_sql) and not (r.node.is_procedure and policy and policy.commits):
             yield problem("PGMQ009", r, "transaction control in a body the manifest does not allow")
     for number, text in enumerate(script.text.splitlines(), 1):
         bad = next((ch for ch in text if not ch.isascii()), None)
@@ -365,14 +360,42 @@ def _raise_problem(raise_stmt: dict, schema: str) -> str | None:
 def pgmq011_upstream_errors(script: Script) -> Iterator[Problem]:
     """Upstream functions (and their internal work) raise only declared messages and classes."""
     for r in script.routines:
-        fn = script.declared.get(r.key) if r.qualified else None
-        if fn is None or not fn.upstream_errors or r.plpgsql is None:
+        policy = script.policy(r)
+        upstream = r.qualified and (r.key in script.contract or (policy and policy.upstream_path))
+        if not upstream or r.plpgsql is None:
             continue
         for node in sqlast.walk(r.plpgsql):
             if "PLpgSQL_stmt_raise" in node:
                 message = _raise_problem(node["PLpgSQL_stmt_raise"], script.manifest.schema)
                 if message:
                     yield problem("PGMQ011", r, message)
+
+
+# ----------------------------------------------------------------------------- PGMQ012
+
+def pgmq012_upstream_contract(script: Script) -> Iterator[Problem]:
+    """A routine with one of upstream's identities keeps upstream's signature (argument names,
+    defaults, result, kind); an install script creates every routine of upstream's contract."""
+    created = set()
+    for r in script.routines:
+        want = script.contract.get(r.key) if r.qualified else None
+        if want is None:
+            continue
+        created.add(r.key)
+        try:
+            got = sqlast.signature(r.node)
+        except ValueError:
+            continue  # PGMQ002 says why
+        if got.line != want.line:
+            yield problem("PGMQ012", r, f"differs from upstream's contract: {want.line.strip()}")
+    if script.upgrade:
+        return
+    for key, want in script.contract.items():
+        if key not in created:
+            ours = [r.obj for r in script.routines if r.qualified and r.key[0] == key[0]]
+            hint = f"; the script has {', '.join(ours)}" if ours else ""
+            yield Problem("PGMQ012", f"{want.schema}.{want.name}({want.identity})",
+                          f"upstream's routine is not created{hint}", 1)
 
 
 RULES = (
@@ -386,4 +409,5 @@ RULES = (
     pgmq009_no_transactions_ascii,
     pgmq010_volatility,
     pgmq011_upstream_errors,
+    pgmq012_upstream_contract,
 )

@@ -7,7 +7,7 @@ bodies are kept (not raised) so PGMQ004 can report them while other rules use wh
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from pglast import ast, parse_plpgsql, parse_sql
 from pglast.parser import ParseError
 
-from ..manifest import Function, Manifest
+from ..manifest import Manifest, Policy
 from . import sqlast
 
 TARGETS = ("extension", "standalone")
@@ -55,12 +55,23 @@ def strip_guard(sql: str, target: str, upgrade: bool = False) -> str:
     return re.sub(rf"^{re.escape(GUARD)}[ \t]*$", "", sql, flags=re.M)
 
 
+def blank_guard(sql: str) -> str:
+    """The script with any guard line (either form) blanked: offsets and line numbers kept."""
+    return GUARD_RE.sub(lambda m: " " * len(m.group(0)), sql)
+
+
+def routine_statements(sql: str) -> Iterator[tuple[int, ast.CreateFunctionStmt]]:
+    """(offset, statement) of every CREATE FUNCTION/PROCEDURE in a script (any guard line
+    ignored); raises ParseError when it does not parse."""
+    for raw in parse_sql(blank_guard(sql)):
+        if isinstance(raw.stmt, ast.CreateFunctionStmt):
+            yield raw.stmt_location, raw.stmt
+
+
 def routine_keys(sql: str) -> frozenset[tuple[str, str]]:
     """(name, identity arguments) of every CREATE FUNCTION/PROCEDURE in a script (any guard
     line ignored); raises ParseError when it does not parse."""
-    return frozenset((n.funcname[-1].sval, sqlast.identity_args(n))
-                     for n in (raw.stmt for raw in parse_sql(GUARD_RE.sub("", sql)))
-                     if isinstance(n, ast.CreateFunctionStmt))
+    return frozenset((n.funcname[-1].sval, sqlast.identity_args(n)) for _, n in routine_statements(sql))
 
 
 def error_offset(exc: ParseError) -> int | None:
@@ -124,8 +135,9 @@ class Routine:
         return body[0].sval if body and len(body) == 1 else None
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.node.funcname[-1].sval, sqlast.identity_args(self.node))
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        """(name, input argument types), as manifest.Policy and sqlast.Signature key routines."""
+        return (self.node.funcname[-1].sval, tuple(sqlast.in_arg_types(self.node.parameters)))
 
     @property
     def qualified(self) -> bool:
@@ -220,6 +232,11 @@ class Script:
                 routines.append(routine)
         return cls(text, manifest, target, statements, routines, previous)
 
+    def policy(self, routine: Routine) -> Policy | None:
+        """The manifest's policy of a routine (None: it has none, or it is not in our schema)."""
+        return self.manifest.policy(*routine.key) if routine.qualified else None
+
     @cached_property
-    def declared(self) -> dict[tuple[str, str], Function]:
-        return {f.key: f for f in self.manifest.functions}
+    def contract(self) -> dict[tuple[str, tuple[str, ...]], sqlast.Signature]:
+        """Upstream's routines by (name, argument types): the manifest's UPSTREAM_CONTRACT."""
+        return {s.key: s for s in sqlast.parse_signatures(self.manifest.contract)}

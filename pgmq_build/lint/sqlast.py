@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
 
 from pglast import ast, parse_sql
 from pglast.enums import FunctionParameterMode as Mode
@@ -107,20 +109,71 @@ _MODE_PREFIX = {
 }
 
 
-def _param(p: ast.FunctionParameter, in_prefix: str) -> str:
+def _param(p: ast.FunctionParameter, in_prefix: str, defaults: bool = False) -> str:
     name = quote_ident(p.name) + " " if p.name else ""
-    return _MODE_PREFIX.get(p.mode, in_prefix) + name + type_name(p.argType)
+    default = f" DEFAULT {default_text(p)}" if defaults and p.defexpr is not None else ""
+    return _MODE_PREFIX.get(p.mode, in_prefix) + name + type_name(p.argType) + default
+
+
+def _params(fn: ast.CreateFunctionStmt, defaults: bool) -> str:
+    params = [p for p in fn.parameters or () if p.mode != Mode.FUNC_PARAM_TABLE]
+    mark_in = fn.is_procedure and any(p.mode not in _IN for p in params)
+    return ", ".join(_param(p, "IN " if mark_in else "", defaults) for p in params)
 
 
 def identity_args(fn: ast.CreateFunctionStmt) -> str:
-    """The argument list without defaults, in the form of ``manifest.Function.identity_args``.
+    """The argument list without defaults (pg_get_function_identity_arguments).
 
     Like pg_get_function_arguments, a procedure that has any non-IN argument marks its IN
-    arguments with ``IN`` too.
+    arguments with ``IN`` too (PostgreSQL marks them in every procedure; the listing and the
+    tests leave the mark out where nothing else is marked).
     """
-    params = [p for p in fn.parameters or () if p.mode != Mode.FUNC_PARAM_TABLE]
-    mark_in = fn.is_procedure and any(p.mode not in _IN for p in params)
-    return ", ".join(_param(p, "IN " if mark_in else "") for p in params)
+    return _params(fn, defaults=False)
+
+
+def arguments(fn: ast.CreateFunctionStmt) -> str:
+    """The argument list with defaults, as pg_get_function_arguments prints it."""
+    return _params(fn, defaults=True)
+
+
+def _cast_label(tn: ast.TypeName, from_argument: bool = False) -> str:
+    """The type of a constant as ruleutils prints it after ``::`` (format_type with a typmod of
+    -1: bpchar stays bpchar). An argument's type loses its modifiers; a cast keeping one is not
+    a form the templates use."""
+    if tn.typmods and not from_argument:
+        raise ValueError(f"a cast with a type modifier ({type_name(tn)})")
+    names = [n.sval for n in tn.names]
+    if names[-1] == "bpchar" and names[:-1] in ([], ["pg_catalog"]):
+        return "bpchar" + ("[]" if tn.arrayBounds else "")
+    return type_name(tn)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def default_text(p: ast.FunctionParameter) -> str:
+    """A parameter's DEFAULT as pg_get_function_arguments prints it: PostgreSQL stores the
+    expression coerced to the argument's type and deparses that. Only the forms our templates
+    and upstream PGMQ write are known (the catalog-contract test checks them against a server):
+    NULL and string constants, cast or not, and bare non-negative integers and booleans (an
+    implicit cast prints as its argument). Anything else raises ValueError."""
+    expr, label = p.defexpr, None
+    if isinstance(expr, ast.TypeCast):
+        expr, label = expr.arg, _cast_label(expr.typeName)
+    if not isinstance(expr, ast.A_Const):
+        raise ValueError(f"DEFAULT {type(expr).__name__} of {p.name}: not a constant")
+    label = label or _cast_label(p.argType, from_argument=True)
+    value = expr.val
+    if expr.isnull:
+        return f"NULL::{label}"
+    if isinstance(value, ast.String):
+        return f"{_literal(value.sval)}::{label}"
+    if p.defexpr is expr and isinstance(value, ast.Integer) and value.ival >= 0:
+        return str(value.ival)
+    if p.defexpr is expr and isinstance(value, ast.Boolean):
+        return "true" if value.boolval else "false"
+    raise ValueError(f"DEFAULT of {p.name}: a constant form whose printing is not known")
 
 
 def result_type(fn: ast.CreateFunctionStmt) -> str | None:
@@ -142,6 +195,97 @@ def in_arg_types(params: tuple[ast.FunctionParameter, ...] | None) -> list[str]:
     """The argument types that identify a routine in GRANT/REVOKE (no OUT, no TABLE columns)."""
     skip = (Mode.FUNC_PARAM_OUT, Mode.FUNC_PARAM_TABLE)
     return [type_name(p.argType) for p in params or () if p.mode not in skip]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A routine's signature as PostgreSQL prints it with search_path = pg_catalog.
+
+    ``line`` is its line in the API listing (docs/api.txt) and in upstream's contract
+    (pgmq_build/upstream-pgmq-1.13.txt); :func:`parse_signature` reads such a line back.
+    """
+
+    schema: str
+    name: str
+    kind: str  # "function" | "procedure"
+    arg_types: tuple[str, ...]  # the identity: input argument types
+    arguments: str  # pg_get_function_arguments
+    identity: str  # pg_get_function_identity_arguments
+    result: str | None  # pg_get_function_result; None for a procedure
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        """(name, input argument types): what tells overloads apart."""
+        return (self.name, self.arg_types)
+
+    @property
+    def text(self) -> str:
+        name = self.name if _SIMPLE_NAME.match(self.name) else quote_ident(self.name)
+        returns = f" RETURNS {self.result}" if self.result is not None else ""
+        return f"{quote_ident(self.schema)}.{name}({self.arguments}){returns}"
+
+    @property
+    def line(self) -> str:
+        return f"{self.kind:<9} {self.text}"
+
+
+def signature(fn: ast.CreateFunctionStmt) -> Signature:
+    """The signature of a CREATE FUNCTION / PROCEDURE (its name must be schema-qualified)."""
+    names = [n.sval for n in fn.funcname]
+    if len(names) != 2:
+        raise ValueError(f"routine {'.'.join(names)} is not schema-qualified")
+    return Signature(schema=names[0], name=names[1],
+                     kind="procedure" if fn.is_procedure else "function",
+                     arg_types=tuple(in_arg_types(fn.parameters)), arguments=arguments(fn),
+                     identity=identity_args(fn), result=result_type(fn))
+
+
+@lru_cache(maxsize=8)
+def parse_signatures(lines: tuple[str, ...]) -> tuple[Signature, ...]:
+    """:func:`parse_signature` of each line (e.g. a manifest's contract), parsed once."""
+    return tuple(parse_signature(line) for line in lines)
+
+
+def parse_signature(line: str) -> Signature:
+    """A ``Signature.line`` read back (parsed as the CREATE statement it abbreviates)."""
+    kind, _, text = line.strip().partition(" ")
+    if kind not in ("function", "procedure"):
+        raise ValueError(f"not a signature line: {line!r}")
+    (raw,) = parse_sql(f"CREATE {kind.upper()} {text.strip()} LANGUAGE sql AS ''")
+    return signature(raw.stmt)
+
+
+def split_args(args: str) -> list[str]:
+    """Split an argument list's text on top-level commas (defaults may hold commas in quotes)."""
+    out, depth, quote, cur = [], 0, False, []
+    for ch in args:
+        if ch == "'":
+            quote = not quote
+        elif not quote and ch in "([":
+            depth += 1
+        elif not quote and ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0 and not quote:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def strip_defaults(args: str) -> str:
+    """An argument list's text without its DEFAULT clauses (the templates' COMMENT and GRANT
+    statements name a routine by its arguments)."""
+    return ", ".join(a.split(" DEFAULT ", 1)[0] for a in split_args(args))
+
+
+def strip_in(args: str) -> str:
+    """PostgreSQL prints every argument of a procedure as "IN name type"; the listing writes
+    "name type" unless another mode is marked too."""
+    return ", ".join(a.removeprefix("IN ") for a in split_args(args))
 
 
 # ----------------------------------------------------------------------------- PL/pgSQL JSON

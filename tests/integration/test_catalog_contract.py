@@ -1,46 +1,66 @@
-"""The installed catalog matches the manifest and upstream PGMQ 1.13's contract."""
+"""The installed catalog matches docs/api.txt (the routines as the templates declare them), the
+manifest's policies and upstream PGMQ 1.13's contract."""
 
 from __future__ import annotations
 
-from pgmq_build.manifest import MANIFEST, strip_in
+import pytest
+
+from pgmq_build import surface
+from pgmq_build.lint.sqlast import Signature, strip_in
+from pgmq_build.manifest import MANIFEST
 from tests.helpers import column, scalar
+from tests.unit.test_lint_rules import DEFAULTS
 
 
 def installed_functions(conn):
     conn.execute("SET search_path = pg_catalog")
     return conn.execute("""
-        SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_identity_arguments(p.oid),
+        SELECT p.proname, p.prokind = 'p', pg_get_function_arguments(p.oid),
+               pg_get_function_identity_arguments(p.oid),
                CASE WHEN p.prokind = 'p' THEN NULL ELSE pg_get_function_result(p.oid) END,
                p.prosecdef, p.proconfig
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'pgmq'""").fetchall()
 
 
-def test_functions_match_manifest(conn, manifest):
-    got = {(name, strip_in(ident)): (strip_in(args), result)
-           for name, args, ident, result, _, _ in installed_functions(conn)}
-    want = {f.key: (f.args, f.returns) for f in manifest.functions}
-    assert sorted(set(want) - set(got)) == [], "declared but not installed"
-    assert sorted(set(got) - set(want)) == [], "installed but not declared"
-    assert {k: got[k] for k in want} == want
+def catalog_line(name: str, procedure: bool, args: str, result: str | None) -> str:
+    """A routine of the catalog as its line in docs/api.txt (without upstream/ours)."""
+    kind = "procedure" if procedure else "function"
+    return Signature("pgmq", name, kind, (), strip_in(args), "", result).line
 
 
-def test_no_security_definer_and_search_path_pinned(conn, manifest):
-    declared = {f.key: f for f in manifest.functions}
-    for name, _, ident, _, definer, config in installed_functions(conn):
-        fn = declared[(name, strip_in(ident))]
-        assert definer == fn.security_definer, name
-        if fn.unpinned_reason:  # e.g. dispatch, which commits: PostgreSQL forbids SET there
+def test_functions_match_the_api_listing(conn):
+    got = sorted(catalog_line(name, proc, args, result) for name, proc, args, _, result, _, _ in
+                 installed_functions(conn))
+    want = sorted(line for _, line in surface.read_listing())
+    assert sorted(set(want) - set(got)) == [], "listed but not installed as listed"
+    assert sorted(set(got) - set(want)) == [], "installed but not listed"
+    assert got == want
+
+
+def test_security_definer_and_search_path_as_the_policies_say(conn):
+    entries = {(e.name, e.signature.identity): e for e in surface.current()}
+    for name, _, _, ident, _, definer, config in installed_functions(conn):
+        policy = entries[(name, strip_in(ident))].policy
+        assert definer == policy.security_definer, name
+        if policy.unpinned_reason:  # e.g. dispatch, which commits: PostgreSQL forbids SET there
             assert config is None, name
-        else:
-            assert config == ["search_path=pg_catalog, pg_temp", *fn.settings], name
+        else:  # first; the payload conversions pin more (their SET clauses)
+            assert config[0] == "search_path=pg_catalog, pg_temp", name
 
 
-def test_every_manifest_function_is_an_extension_member(conn, manifest):
+def test_every_listed_routine_is_an_extension_member(conn):
     members = scalar(conn, """SELECT count(*) FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
                              WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
                                AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgmq')""")
-    assert members == len(manifest.functions)
+    assert members == len(surface.read_listing())
+
+
+@pytest.mark.parametrize(("args", "printed"), DEFAULTS)
+def test_default_printing_matches_the_server(conn, args, printed):
+    """sqlast.arguments prints defaults as PostgreSQL does, beyond the forms the templates use."""
+    conn.execute(f"CREATE FUNCTION public.defaults_probe({args}) RETURNS void LANGUAGE sql AS ''")
+    assert scalar(conn, "SELECT pg_get_function_arguments('public.defaults_probe'::regproc)") == printed
 
 
 def type_columns(conn, typname):

@@ -24,7 +24,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgmq_build import surface
 from pgmq_build.errors import DECLARED
+from pgmq_build.lint.sqlast import Signature
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import NO_PARTMAN, PARTMAN_SQL, scalar
 from tests.helpers import partman_available as has_partman
@@ -486,15 +488,27 @@ def test_every_declared_message_is_exercised():
     assert set(DECLARED) - exercised == elsewhere
 
 
+def test_upstreams_catalog_is_the_contract(upstream):
+    """manifest.UPSTREAM_CONTRACT is what upstream's install holds, as PostgreSQL prints it."""
+    with upstream.transaction():
+        upstream.execute("SET LOCAL search_path = pg_catalog")
+        rows = upstream.execute("""
+            SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), p.prokind
+            FROM pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace""").fetchall()
+    got = sorted(Signature("pgmq", name, "function", (), args, "", result).line
+                 for name, args, result, kind in rows if kind == "f")
+    assert len(got) == len(rows) and got == sorted(MANIFEST.contract)
+
+
 def test_every_upstream_function_is_exercised():
     called = set(re.findall(r"pgmq\.(\w+)\(", " ".join(c.call for c in ERRORS + DIFFERENT + NOTICES)))
-    upstream = {f.name for f in MANIFEST.functions if f.upstream}
+    upstream = {e.name for e in surface.current() if e.upstream}
     assert upstream - called == {"notify_queue_listeners"}  # a trigger: see test_notify.py
 
 
 def test_upstream_cases_reach_upstream_functions_only():
     """A case upstream is asked about calls upstream's functions (and no overload of ours)."""
-    ours_only = {f.name for f in MANIFEST.functions if not f.upstream}
+    ours_only = {e.name for e in surface.current() if not e.upstream}
     for case in ERRORS + NOTICES:
         if case.upstream:
             assert not set(re.findall(r"pgmq\.(\w+)\(", case.call)) & (ours_only - {"create", "drop_queue",
@@ -782,7 +796,7 @@ def test_no_routine_leaves_a_setting_changed(conn, partman):
                 assert settings(conn) == before, f"in the transaction of {sql}"
         assert settings(conn) == before, f"after {sql}"
     called = set(re.findall(r"pgmq\.(\w+)\(", SWEEP))
-    assert {f.name for f in MANIFEST.functions} - called == NOT_CALLED
+    assert {e.name for e in surface.current()} - called == NOT_CALLED
 
 
 # ----------------------------------------------------------------------------- 4. relations

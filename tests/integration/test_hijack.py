@@ -18,6 +18,7 @@ import re
 import psycopg
 import pytest
 
+from pgmq_build import surface
 from pgmq_build.render import render_install
 from tests.helpers import install_partman, partman_available, scalar
 
@@ -359,16 +360,16 @@ def test_no_routine_resolves_through_the_callers_path(mallory, connect, path):
     assert scalar(checker, "SELECT count(*) FROM pgmq.meta") == 0  # queue_deinitialize
 
 
-def test_scenario_covers_every_user_facing_routine(manifest):
+def test_scenario_covers_every_user_facing_routine():
     called = {m for sql, _ in SCENARIO for m in re.findall(r"pgmq\.(\w+)\(", sql)}
-    public = {f.name for f in manifest.functions if not f.name.startswith("_") and f.returns != "trigger"}
+    public = {e.name for e in surface.current() if not e.name.startswith("_") and e.signature.result != "trigger"}
     assert sorted(public - called) == []
 
 
-def test_unpinned_routines_qualify_every_name(manifest):
+def test_unpinned_routines_qualify_every_name():
     """The routines without SET search_path (manifest unpinned_reason) are exactly the ones the
     scenario above exercises under a hostile path; the list is pinned here so that a new one
     gets a look."""
-    unpinned = sorted(f.name for f in manifest.functions if f.unpinned_reason)
+    unpinned = sorted({e.name for e in surface.current() if e.policy.unpinned_reason})
     assert unpinned == ["convert_archive_partitioned", "create_partitioned", "dispatch", "register_callback",
                         "run_partition_maintenance", "unregister_callback"]

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from pgmq_build.manifest import MANIFEST
+from pgmq_build import surface
+from pgmq_build.lint.sqlast import strip_in
 from tests.helpers import install_partman, partman_available, scalar
 
 # ----------------------------------------------------------------------------- hostile values
@@ -102,7 +103,7 @@ class Case:
 
 
 # Upstream's functions raise upstream's errors with upstream's class, P0001 (pgmq_build/errors.py).
-UPSTREAM = {f.name for f in MANIFEST.functions if f.upstream}
+UPSTREAM = {e.name for e in surface.current() if e.upstream}
 OURS_OVERLOAD = re.compile(r"::(name|regtype)\b")  # our overloads of upstream's names
 
 
@@ -417,14 +418,14 @@ def test_fuzz(hostile_db, case):
     assert scalar(conn, "SELECT canary.f()") == 42
 
 
-def test_every_routine_with_a_name_argument_is_fuzzed(manifest):
+def test_every_routine_with_a_name_argument_is_fuzzed():
     """A new routine that takes a queue name, key, pattern, callback or filter needs a CASES line."""
     fuzzed = {m.group(1) for c in CASES for m in [re.search(r"pgmq\.(\w+)\(", c.sql)] if m}
     name_args = re.compile(r"\b(queue_name|q_name|table_name|routing_key|pattern|callback|"
                            r"dead_letter_queue|target_queue|queue_dlq|conditional|q_msg_\w*filter|exchange_name|e_name|"
                            r"e_key|e_routing_key|e_type|alternate_exchange|role_name|on_unroutable)\b")
-    want = {f.name for f in manifest.functions
-            if not f.name.startswith("_") and name_args.search(f.identity_args)}
+    want = {e.name for e in surface.current()
+            if not e.name.startswith("_") and name_args.search(e.signature.identity)}
     assert sorted(want - fuzzed) == []
 
 
@@ -480,23 +481,18 @@ def pgmq_routines(conn):
     """).fetchall()
 
 
-def test_security_definer_only_as_declared_with_a_reason(conn, manifest):
-    from pgmq_build.manifest import strip_in
-
-    definers = {f.key: f for f in manifest.functions if f.security_definer}
-    assert all(f.definer_reason.strip() for f in definers.values())
+def test_security_definer_only_as_declared_with_a_reason(conn):
+    definers = {(e.name, e.signature.identity) for e in surface.current() if e.policy.security_definer}
     installed = {(name, strip_in(ident)) for name, ident, secdef, _ in pgmq_routines(conn) if secdef}
-    assert sorted(installed - set(definers)) == [], "SECURITY DEFINER without a definer_reason"
+    assert sorted(installed - definers) == [], "SECURITY DEFINER without a definer_reason"
 
 
-def test_search_path_pinned_unless_declared_unpinned(conn, manifest):
-    from pgmq_build.manifest import strip_in
-
-    declared = {f.key: f for f in manifest.functions}
+def test_search_path_pinned_unless_declared_unpinned(conn):
+    declared = {(e.name, e.signature.identity): e.policy for e in surface.current()}
     for name, ident, _, config in pgmq_routines(conn):
-        fn = declared.get((name, strip_in(ident)))
-        assert fn is not None, f"pgmq.{name}({ident}) is not in the manifest"
-        if fn.unpinned_reason.strip():
+        policy = declared.get((name, strip_in(ident)))
+        assert policy is not None, f"pgmq.{name}({ident}) is not in docs/api.txt"
+        if policy.unpinned_reason.strip():
             assert not any(c.startswith("search_path=") for c in config or ()), name
         else:
             assert "search_path=pg_catalog, pg_temp" in (config or ()), name

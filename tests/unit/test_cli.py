@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgmq_build import cli
+from pgmq_build import cli, surface
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import run_cli
 
@@ -35,6 +35,18 @@ def test_check_fails_when_extension_is_stale(tmp_path, monkeypatch):
     result = run_cli("check")
     assert result.exit_code == 1
     assert "differs" in result.output and "stale" in result.output
+
+
+def test_generate_writes_the_api_listing_and_check_fails_when_it_is_stale(tmp_path, monkeypatch):
+    committed, listing = surface.listing_path(), tmp_path / "api.txt"
+    monkeypatch.setattr(surface, "listing_path", lambda: listing)
+    first = run_cli("generate")  # extension/ is up to date: only the listing is written
+    assert first.exit_code == 0 and first.output == f"wrote {listing}\n", first.output
+    assert listing.read_text() == committed.read_text()
+    assert run_cli("check").exit_code == 0
+    listing.write_text(listing.read_text().replace("queue_name text", "queue text", 1))
+    stale = run_cli("check")
+    assert stale.exit_code == 1 and "differs: api.txt" in stale.output and "stale" in stale.output
 
 
 def test_lint_clean_on_the_committed_tree():

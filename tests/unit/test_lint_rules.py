@@ -6,35 +6,37 @@ changes one piece of it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pglast import parse_sql
 
 from pgmq_build.lint import Problem, lint_script
 from pgmq_build.lint.codes import CODES
 from pgmq_build.lint.rules import RULES
-from pgmq_build.lint.sqlast import identity_args, result_type, type_name
-from pgmq_build.manifest import MANIFEST, Feature, Function, Manifest
+from pgmq_build.lint.script import upgrade_guard
+from pgmq_build.lint.sqlast import (
+    arguments,
+    identity_args,
+    parse_signature,
+    result_type,
+    signature,
+    type_name,
+)
+from pgmq_build.manifest import MANIFEST, Feature, Manifest, Policy, policies
 from pgmq_build.render import render_all, standalone_name
 
 GUARD = '\\echo Use "CREATE EXTENSION pgmq" to load this file. \\quit'
 PINNED = "SET search_path = pg_catalog, pg_temp"
 
+# f is upstream's (the contract lists it), d and p are ours.
 M = Manifest(
     version="9.9.9",
     schema="pgmq",
     released=(),
-    features=(
-        Feature(
-            name="t",
-            templates=(),
-            config_tables=("meta",),
-            functions=(
-                Function("f", "queue_name text, ids bigint[]", "SETOF pgmq.message_record"),
-                Function("d", "", "void", security_definer=True, definer_reason="reads the catalog"),
-                Function("p", "n integer DEFAULT 1", None, upstream=False),
-            ),
-        ),
-    ),
+    features=(Feature(name="t", templates=(), config_tables=("meta",)),),
+    routines=policies("f", Policy("d", definer_reason="reads the catalog"), "p"),
+    contract=("function  pgmq.f(queue_name text, ids bigint[]) RETURNS SETOF pgmq.message_record",),
 )
 
 F_BODY = """BEGIN
@@ -115,21 +117,18 @@ CASES = [
     bad("PGMQ001", script(extra="\\set ON_ERROR_STOP 1\n"), name="meta-command"),
     bad("PGMQ001", script(head=GUARD.replace("pgmq", "other") + "\n"), name="other-guard"),
     bad("PGMQ001", script(head=GUARD + "\n"), "standalone", name="guard-in-standalone"),
-    # PGMQ002 qualified and declared, nothing missing
+    # PGMQ002 qualified, created once, with a policy entry; every policy entry has a routine
     ok("PGMQ002", script(create_f(args="queue_name pg_catalog.text, ids int8[]")), name="spelling"),
     ok("PGMQ002", script(p=P.replace("n integer", "IN n int4")), name="in"),
+    ok("PGMQ002", script(p=AS_FUNCTION), name="ours-change-kind"),
+    ok("PGMQ002", script(p=P.replace("n integer DEFAULT 1", "m bigint")), name="ours-change-signature"),
     bad("PGMQ002", script(create_f(head="CREATE FUNCTION f")), name="unqualified"),
     bad("PGMQ002", script(create_f(head="CREATE FUNCTION public.f")), name="other-schema"),
-    bad("PGMQ002", script(create_f(args="queue text, ids bigint[]")), name="arg-name"),
-    bad("PGMQ002", script(create_f(args="queue_name text, ids bigint")), name="not-array"),
-    bad("PGMQ002", script(create_f(args="queue_name varchar, ids bigint[]")), name="arg-type"),
-    bad("PGMQ002", script(create_f(returns="SETOF bigint")), name="returns"),
-    bad("PGMQ002", script(create_f(returns="pgmq.message_record")), name="not-setof"),
-    bad("PGMQ002", script(create_f(returns="SETOF message_record")), name="unqualified-type"),
     bad("PGMQ002", script(p=""), name="missing"),
     bad("PGMQ002", script(extra=P.replace("pgmq.p(", "pgmq.q(")), name="undeclared"),
     bad("PGMQ002", script(extra=create_f()), name="twice"),
-    bad("PGMQ002", script(p=AS_FUNCTION), name="not-procedure"),
+    bad("PGMQ002", script(p=P.replace("DEFAULT 1", "DEFAULT -1")), name="unlistable-default"),
+    bad("PGMQ002", script(p=P.replace("DEFAULT 1", "DEFAULT pg_catalog.now()")), name="call-default"),
     # PGMQ003 search_path pinned; SECURITY DEFINER only where declared
     ok("PGMQ003", script()),
     bad("PGMQ003", opts("VOLATILE"), name="no-search-path"),
@@ -232,6 +231,19 @@ CASES = [
     bad("PGMQ011", pl("RAISE invalid_parameter_value;"), name="condition-only"),
     bad("PGMQ011", pl("RAISE NOTICE 'something else';"), name="chatter"),
     bad("PGMQ011", pl("RAISE WARNING 'pgmq queue `%` does not exist', queue_name;"), name="level"),
+    # PGMQ012 upstream's routines (f) keep upstream's signature; all of them are created
+    ok("PGMQ012", script()),
+    ok("PGMQ012", script(create_f(args="queue_name pg_catalog.text, ids int8[]")), name="spelling"),
+    bad("PGMQ012", script(create_f(args="queue text, ids bigint[]")), name="arg-name"),
+    bad("PGMQ012", script(create_f(args="queue_name text, ids bigint[] DEFAULT NULL")), name="new-default"),
+    bad("PGMQ012", script(create_f(args="queue_name text, ids bigint")), name="not-array"),
+    bad("PGMQ012", script(create_f(args="queue_name varchar, ids bigint[]")), name="arg-type"),
+    bad("PGMQ012", script(create_f(returns="SETOF bigint")), name="returns"),
+    bad("PGMQ012", script(create_f(returns="pgmq.message_record")), name="not-setof"),
+    bad("PGMQ012", script(create_f(returns="SETOF message_record")), name="unqualified-type"),
+    bad("PGMQ012", script(f=""), name="missing"),
+    bad("PGMQ012", script(f=f"CREATE PROCEDURE pgmq.f(queue_name text, ids bigint[]) LANGUAGE plpgsql {PINNED}\n"
+                          "AS $fn$ BEGIN END $fn$;\n"), name="procedure"),
 ]
 
 
@@ -251,8 +263,8 @@ def test_every_rule_has_a_passing_and_a_failing_case() -> None:
 
 
 def test_codes_are_complete() -> None:
-    assert sorted(CODES) == [f"PGMQ{n:03d}" for n in range(1, 12)]
-    assert len(RULES) == 10  # PGMQ001 runs first, on the raw text
+    assert sorted(CODES) == [f"PGMQ{n:03d}" for n in range(1, 13)]
+    assert len(RULES) == 11  # PGMQ001 runs first, on the raw text
     assert all(len(text) > 80 for text in CODES.values())
 
 
@@ -281,16 +293,36 @@ def test_problem_fields() -> None:
     )
 
 
-def test_missing_function_names_the_manifest_entry() -> None:
+def test_missing_routine_names_the_policy_entry() -> None:
     (problem,) = lint_script(script(p=""), M)
-    assert (problem.code, problem.obj) == ("PGMQ002", "pgmq.p(n integer)")
+    assert (problem.code, problem.obj) == ("PGMQ002", "pgmq.p")
+
+
+def test_a_changed_upstream_signature_names_upstreams() -> None:
+    (problem,) = lint_script(script(create_f(args="queue text, ids bigint[]")), M)
+    assert problem.code == "PGMQ012"
+    assert problem.message == ("differs from upstream's contract: function  "
+                               "pgmq.f(queue_name text, ids bigint[]) RETURNS SETOF pgmq.message_record")
+    (problem,) = lint_script(script(create_f(args="queue_name text, ids bigint")), M)
+    assert (problem.code, problem.obj) == ("PGMQ012", "pgmq.f(queue_name text, ids bigint[])")
+    assert problem.message.endswith("the script has pgmq.f(queue_name text, ids bigint)")
+
+
+def test_an_upgrade_script_need_not_create_upstreams_routines() -> None:
+    assert lint_script(script(f="", head=upgrade_guard(M.version) + "\n"), M, previous="") == []
 
 
 def test_definer_reason_is_required() -> None:
-    feature = M.features[0]
-    fns = tuple(Function("d", "", "void", security_definer=True) if f.name == "d" else f for f in feature.functions)
-    manifest = Manifest(M.version, M.schema, M.released, (Feature("t", (), fns, ("meta",)),))
+    manifest = dataclasses.replace(M, routines=policies("f", "d", "p"))
     assert codes(script(), manifest=manifest) == ["PGMQ003"]
+
+
+def test_a_policy_entry_may_name_one_overload() -> None:
+    manifest = dataclasses.replace(M, routines=policies("f", M.routines[1], Policy("p", ("integer",))))
+    assert codes(script(), manifest=manifest) == []
+    other = script(p=P.replace("n integer", "n bigint"))
+    assert [(p.code, p.obj) for p in lint_script(other, manifest)] == [
+        ("PGMQ002", "pgmq.p(integer)"), ("PGMQ002", "pgmq.p(n bigint)")]
 
 
 def test_unknown_target_is_refused() -> None:
@@ -357,6 +389,49 @@ def test_signature(header: str, identity: str, result: str) -> None:
 def test_procedure_signature(args: str, identity: str) -> None:
     fn = parse_sql(f"CREATE PROCEDURE pgmq.p({args}) LANGUAGE sql AS 'SELECT 1'")[0].stmt
     assert (identity_args(fn), result_type(fn)) == (identity, None)
+
+
+# (argument list as written, as pg_get_function_arguments prints it; the integration test
+# test_catalog_contract.py::test_default_printing_matches_the_server asks a server)
+DEFAULTS = [
+    ("a int DEFAULT 5, b bigint DEFAULT 0", "a integer DEFAULT 5, b bigint DEFAULT 0"),
+    ("a text DEFAULT 'x', b text DEFAULT NULL", "a text DEFAULT 'x'::text, b text DEFAULT NULL::text"),
+    ("a jsonb DEFAULT '{}'", "a jsonb DEFAULT '{}'::jsonb"),
+    ("a jsonb DEFAULT '{}'::jsonb", "a jsonb DEFAULT '{}'::jsonb"),
+    ("a character DEFAULT 'N'", "a character DEFAULT 'N'::bpchar"),
+    ("a char DEFAULT NULL::bpchar", "a character DEFAULT NULL::bpchar"),
+    ("a timestamptz DEFAULT NULL::timestamptz",
+     "a timestamp with time zone DEFAULT NULL::timestamp with time zone"),
+    ("a double precision DEFAULT 1", "a double precision DEFAULT 1"),
+    ("a boolean DEFAULT false, b bool DEFAULT true", "a boolean DEFAULT false, b boolean DEFAULT true"),
+    ("a text DEFAULT 'it''s'", "a text DEFAULT 'it''s'::text"),
+    ("a text[] DEFAULT NULL::text[]", "a text[] DEFAULT NULL::text[]"),
+    ("a name DEFAULT NULL::name, b int4 DEFAULT NULL", "a name DEFAULT NULL::name, b integer DEFAULT NULL::integer"),
+]
+
+
+@pytest.mark.parametrize(("args", "printed"), DEFAULTS)
+def test_arguments_with_defaults(args: str, printed: str) -> None:
+    fn = parse_sql(f"CREATE FUNCTION pgmq.f({args}) RETURNS void LANGUAGE sql AS ''")[0].stmt
+    assert arguments(fn) == printed
+    assert parse_signature(signature(fn).line) == signature(fn)
+
+
+@pytest.mark.parametrize("default", ["now()", "-1", "1.5", "5::bigint", "'x'::varchar(3)", "ARRAY[1]"])
+def test_defaults_whose_printing_is_unknown_are_refused(default: str) -> None:
+    fn = parse_sql(f"CREATE FUNCTION pgmq.f(a int DEFAULT {default}) RETURNS void LANGUAGE sql AS ''")[0].stmt
+    with pytest.raises(ValueError):
+        arguments(fn)
+
+
+def test_signature_lines() -> None:
+    fn = parse_sql("CREATE PROCEDURE pgmq.p(q name, n int DEFAULT 1) LANGUAGE sql AS ''")[0].stmt
+    assert signature(fn).line == "procedure pgmq.p(q name, n integer DEFAULT 1)"
+    fn = parse_sql("CREATE FUNCTION pgmq.delete(q text) RETURNS TABLE(id int8) LANGUAGE sql AS ''")[0].stmt
+    assert signature(fn).line == "function  pgmq.delete(q text) RETURNS TABLE(id bigint)"
+    assert signature(fn).key == ("delete", ("text",))
+    with pytest.raises(ValueError):
+        parse_signature("trigger pgmq.t()")
 
 
 @pytest.mark.parametrize("target", ["extension", "standalone"])

@@ -1,16 +1,25 @@
-"""The manifest is consistent with itself and with the templates on disk."""
+"""The manifest is consistent with itself, with the templates on disk and with upstream's
+contract; docs/api.txt reads back."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from pgmq_build import surface
+from pgmq_build.lint.sqlast import parse_signature, parse_signatures
 from pgmq_build.manifest import IDENTIFIER_BUDGET, LONGEST_PREFIX, MANIFEST, MAX_QUEUE_NAME
 from pgmq_build.paths import templates_dir
 
 
-def test_no_duplicate_functions():
-    dupes = [k for k, n in Counter(f.key for f in MANIFEST.functions).items() if n > 1]
+def test_no_duplicate_policy_entries():
+    dupes = [k for k, n in Counter(p.key for p in MANIFEST.routines).items() if n > 1]
     assert dupes == []
+
+
+def test_every_routine_has_a_policy_and_every_policy_a_routine():
+    entries = surface.current()
+    assert [e.signature.line for e in entries if e.policy is None] == []
+    assert {p.name for p in MANIFEST.routines} == {e.name for e in entries}
 
 
 def test_every_template_exists():
@@ -39,25 +48,26 @@ def test_identifier_budget():
     assert len(LONGEST_PREFIX) + MAX_QUEUE_NAME == IDENTIFIER_BUDGET
 
 
-def test_security_definer_needs_a_reason():
-    for f in MANIFEST.functions:
-        assert not f.security_definer or f.definer_reason, f.name
+def test_only_an_unpinned_routine_may_commit():
+    for p in MANIFEST.routines:
+        assert not p.commits or p.unpinned_reason, p.name
 
 
 def test_upstream_surface_of_the_core():
-    names = {f.name for f in MANIFEST.functions if f.upstream}
+    ours = surface.current()
+    names = {e.name for e in ours if e.upstream}
     assert {"create", "send", "send_batch", "read", "read_with_poll", "pop", "delete", "archive",
             "set_vt", "metrics", "metrics_all", "purge_queue", "drop_queue", "list_queues"} <= names
-    assert sum(1 for f in MANIFEST.functions if f.name == "send") == 6
-    assert sum(1 for f in MANIFEST.functions if f.name == "send_batch") == 6
-    assert sum(1 for f in MANIFEST.functions if f.name == "set_vt") == 4
+    overloads = Counter(e.name for e in ours)
+    assert (overloads["send"], overloads["send_batch"], overloads["set_vt"]) == (6, 6, 4)
 
 
-def test_upstream_surface_is_exactly_76_functions():
+def test_upstream_contract_is_exactly_76_functions():
     """Upstream PGMQ 1.13 has 76 functions in schema pgmq (helpers included); ours add to it."""
-    upstream = [f for f in MANIFEST.functions if f.upstream]
-    assert len(upstream) == 76
-    overloads = Counter(f.name for f in upstream)
+    upstream = parse_signatures(MANIFEST.contract)
+    assert len(upstream) == len({s.key for s in upstream}) == 76
+    assert {s.kind for s in upstream} == {"function"}
+    overloads = Counter(s.name for s in upstream)
     assert overloads["send"] == 6 and overloads["send_batch"] == 6 and overloads["send_batch_topic"] == 6
     assert overloads["send_topic"] == 3 and overloads["set_vt"] == 4 and overloads["list_topic_bindings"] == 2
     assert len(overloads) == 52  # distinct names
@@ -66,3 +76,11 @@ def test_upstream_surface_is_exactly_76_functions():
                         "_get_pg_partman_major_version", "_ensure_pg_partman_installed",
                         "_extension_exists", "_belongs_to_pgmq", "_get_partition_col",
                         "_create_fifo_index_if_not_exists"}
+    assert sum(e.upstream for e in surface.current()) == 76
+
+
+def test_the_listing_reads_back():
+    rows = surface.read_listing()
+    assert [(e.upstream, e.signature.line) for e in surface.current()] == rows
+    for _, line in rows:
+        assert parse_signature(line).line == line

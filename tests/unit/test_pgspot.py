@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgmq_build import pgspot
-from pgmq_build.manifest import MANIFEST
+from pgmq_build import pgspot, surface
 from pgmq_build.paths import extension_dir
 
 
@@ -21,7 +20,7 @@ def test_only_declared_unpinned_routines_are_allowed_without_search_path():
         "pgmq.unregister_callback(q_name text,callback text)",
         "pgmq.dispatch(queue_name text,max_messages integer)",
     ]
-    assert len(pgspot.allowed_unpinned()) == sum(bool(f.unpinned_reason) for f in MANIFEST.functions)
+    assert len(pgspot.allowed_unpinned()) == sum(bool(e.policy.unpinned_reason) for e in surface.current())
 
 
 def test_command_waives_nothing_else():

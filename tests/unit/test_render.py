@@ -7,7 +7,8 @@ import pglast
 import pytest
 
 from pgmq_build import render
-from pgmq_build.manifest import MANIFEST, Function, split_args
+from pgmq_build.lint.sqlast import split_args, strip_defaults
+from pgmq_build.manifest import MANIFEST
 from pgmq_build.paths import extension_dir
 
 GUARD = '\\echo Use "CREATE EXTENSION pgmq" to load this file. \\quit'
@@ -67,9 +68,9 @@ def test_sql_literal_escapes_quotes():
 
 
 def test_identity_args_strip_defaults():
-    f = Function("read", "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb",
-                 "SETOF pgmq.message_record")
-    assert f.identity_args == "queue_name text, vt integer, qty integer, conditional jsonb"
+    args = "queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb"
+    assert strip_defaults(args) == "queue_name text, vt integer, qty integer, conditional jsonb"
+    assert render.make_env("extension").filters["identity_args"](args) == strip_defaults(args)
     assert split_args("a text DEFAULT 'x,y', b int") == ["a text DEFAULT 'x,y'", "b int"]
 
 

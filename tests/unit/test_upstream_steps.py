@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pglast import ast, parse_sql
 
-from pgmq_build import render, upgrade
+from pgmq_build import render, surface, upgrade
 from pgmq_build.lint import lint_script, sqlast
-from pgmq_build.manifest import MANIFEST, UPSTREAM_KEPT, VERSION
+from pgmq_build.manifest import MANIFEST, UPSTREAM_CONTRACT_FILE, UPSTREAM_KEPT, VERSION
 
 UPSTREAM = MANIFEST.upstream[0]
 
@@ -45,9 +45,17 @@ def files():
     return render.render_all()
 
 
-def test_upstream_has_exactly_the_manifest_upstream_routines_and_the_kept_objects():
+def test_the_contract_is_upstreams_own_sql():
+    """manifest.UPSTREAM_CONTRACT is upstream's signatures, derived from its pgmq.sql again."""
+    version = (importlib.resources.files("pgmq") / "sql" / "pgmq.sql.version").read_text().strip()
+    assert surface.contract_text(upstream_sql(), version) == UPSTREAM_CONTRACT_FILE.read_text(), (
+        f"{UPSTREAM_CONTRACT_FILE} is not upstream's: "
+        'python3 -c "from pgmq_build import surface; surface.write_contract()" rewrites it')
+
+
+def test_upstream_has_exactly_the_contract_routines_and_the_kept_objects():
     up = created(upstream_sql())
-    assert up["routine"] == {(f.name, f.identity_args) for f in MANIFEST.functions if f.upstream}
+    assert up["routine"] == {(s.name, s.identity) for s in sqlast.parse_signatures(MANIFEST.contract)}
     assert len(up["routine"]) == 76
     for kind, names in UPSTREAM_KEPT.items():
         assert set(names) <= up[kind], kind

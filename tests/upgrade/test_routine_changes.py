@@ -15,7 +15,7 @@ import pytest
 from pgmq_build import install, render, upgrade
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.lint import lint_script
-from pgmq_build.manifest import MANIFEST, Feature, Function
+from pgmq_build.manifest import MANIFEST, policies
 from pgmq_build.paths import extension_dir
 from tests.helpers import scalar
 from tests.upgrade.scenario import connected, populate, queue_rows
@@ -71,12 +71,10 @@ def new_extra(role: str) -> str:
     ]) + "\n"
 
 
-# The manifest with the synthetic routines declared (the lint checks the upgrade script with it).
-MANIFEST_SYN = dataclasses.replace(MANIFEST, features=(*MANIFEST.features, Feature("syn", (), (
-    Function("syn_new", "n integer", "integer"), Function("syn_body", "n integer", "integer"),
-    Function("syn_acl", "n integer", "integer"), Function("syn_retype", "n integer", "bigint"),
-    Function("syn_rename", "b integer", "integer"), Function("syn_default", "a integer, b integer", "integer"),
-    Function("syn_proc", "n integer", None), Function("syn_same", "n integer", "integer")))))
+# The manifest with policy entries for the synthetic routines (the lint checks the upgrade script
+# with it).
+MANIFEST_SYN = dataclasses.replace(MANIFEST, routines=MANIFEST.routines + policies(
+    "syn_new", "syn_body", "syn_acl", "syn_retype", "syn_rename", "syn_default", "syn_proc", "syn_same"))
 
 # A real routine whose body changes (CREATE OR REPLACE of a routine that queues use).
 REAL_HEAD = "CREATE FUNCTION pgmq.validate_queue_name(queue_name text)\n"
