@@ -257,7 +257,8 @@ def test_upgrade_lint_allows_replacing_a_routine_of_the_previous_version():
 
 
 def test_upgrade_lint_refuses():
-    assert up(create_f(head="CREATE OR REPLACE FUNCTION pgmq.f", args="queue_name text")) == ["PGMQ002", "PGMQ007"]
+    # a new overload (its name's policy entry covers it) may not be CREATE OR REPLACEd
+    assert up(create_f(head="CREATE OR REPLACE FUNCTION pgmq.f", args="queue_name text")) == ["PGMQ007"]
     assert up(create_f().replace("pgmq.f(", "pgmq.nope(")) == ["PGMQ002"]
     assert up("CREATE TABLE IF NOT EXISTS pgmq.x (a int);\n") == ["PGMQ007"]
     assert up("CREATE OR REPLACE VIEW pgmq.v AS SELECT 1;\n") == ["PGMQ007"]
