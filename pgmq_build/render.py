@@ -38,6 +38,11 @@ def sql_literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
+def prose(text: str) -> str:
+    """Text wrapped over lines in a template (a {% set %} block), as one line: white space folded."""
+    return " ".join(str(text).split())
+
+
 def make_env(target: str, manifest: Manifest = MANIFEST, path: Path | None = None) -> jinja2.Environment:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
@@ -51,6 +56,7 @@ def make_env(target: str, manifest: Manifest = MANIFEST, path: Path | None = Non
     )
     env.filters["identity_args"] = sqlast.strip_defaults
     env.filters["sql_literal"] = sql_literal
+    env.filters["prose"] = prose
     # Globals, not render context: macros imported with {% from %} only see globals.
     env.globals.update(
         schema=manifest.schema,
