@@ -61,15 +61,12 @@ class UpgradeError(Exception):
 
 
 @dataclass(frozen=True)
-class Routine:
-    schema: str
-    name: str
-    kind: str  # "function" | "procedure"
-    arg_types: tuple[str, ...]  # the identity: input argument types
-    params: tuple[tuple[str, str], ...]  # (mode, name) of every parameter, OUT and TABLE too
-    defaults: int  # how many input arguments have a DEFAULT
-    result: str | None  # pg_get_function_result's text; None for a procedure
-    text: str  # the statement as written in the script, with its ";"
+class Routine(sqlast.RoutineHead):
+    """A routine of an install script, with what the plan compares besides its head."""
+
+    params: tuple[tuple[str, str], ...] = ()  # (mode, name) of every parameter, OUT and TABLE too
+    defaults: int = 0  # how many input arguments have a DEFAULT
+    text: str = ""  # the statement as written in the script, with its ";"
 
     @property
     def key(self) -> Key:
@@ -116,21 +113,14 @@ def _mode(p: ast.FunctionParameter) -> str:
 
 
 def routine_of(node: ast.CreateFunctionStmt, text: str) -> Routine:
-    names = [n.sval for n in node.funcname]
-    if len(names) != 2:
-        raise UpgradeError(f"routine {'.'.join(names)} is not schema-qualified")
+    try:
+        head = sqlast.routine_head(node)
+    except ValueError as exc:
+        raise UpgradeError(str(exc)) from exc
     params = node.parameters or ()
     inputs = [p for p in params if p.mode not in (Mode.FUNC_PARAM_OUT, Mode.FUNC_PARAM_TABLE)]
-    return Routine(
-        schema=names[0],
-        name=names[1],
-        kind="procedure" if node.is_procedure else "function",
-        arg_types=tuple(sqlast.in_arg_types(params)),
-        params=tuple((_mode(p), p.name or "") for p in params),
-        defaults=sum(p.defexpr is not None for p in inputs),
-        result=sqlast.result_type(node),
-        text=text,
-    )
+    return Routine(**head, params=tuple((_mode(p), p.name or "") for p in params),
+                   defaults=sum(p.defexpr is not None for p in inputs), text=text)
 
 
 def _object_keys(obj: ast.ObjectWithArgs, routines: Mapping[Key, Routine], kind: str | None,

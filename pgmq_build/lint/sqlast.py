@@ -198,20 +198,36 @@ def in_arg_types(params: tuple[ast.FunctionParameter, ...] | None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Signature:
+class RoutineHead:
+    """What names a routine and what it returns (:class:`Signature` and upgrade.Routine add to it)."""
+
+    schema: str
+    name: str
+    kind: str  # "function" | "procedure"
+    arg_types: tuple[str, ...]  # the identity: input argument types
+    result: str | None  # pg_get_function_result; None for a procedure
+
+
+def routine_head(fn: ast.CreateFunctionStmt) -> dict[str, object]:
+    """The :class:`RoutineHead` fields of a CREATE FUNCTION / PROCEDURE; ValueError when its
+    name is not schema-qualified."""
+    names = [n.sval for n in fn.funcname]
+    if len(names) != 2:
+        raise ValueError(f"routine {'.'.join(names)} is not schema-qualified")
+    return {"schema": names[0], "name": names[1], "kind": "procedure" if fn.is_procedure else "function",
+            "arg_types": tuple(in_arg_types(fn.parameters)), "result": result_type(fn)}
+
+
+@dataclass(frozen=True)
+class Signature(RoutineHead):
     """A routine's signature as PostgreSQL prints it with search_path = pg_catalog.
 
     ``line`` is its line in the API listing (docs/api.txt) and in upstream's contract
     (pgmq_build/upstream-pgmq-1.13.txt); :func:`parse_signature` reads such a line back.
     """
 
-    schema: str
-    name: str
-    kind: str  # "function" | "procedure"
-    arg_types: tuple[str, ...]  # the identity: input argument types
-    arguments: str  # pg_get_function_arguments
-    identity: str  # pg_get_function_identity_arguments
-    result: str | None  # pg_get_function_result; None for a procedure
+    arguments: str = ""  # pg_get_function_arguments
+    identity: str = ""  # pg_get_function_identity_arguments
 
     @property
     def key(self) -> tuple[str, tuple[str, ...]]:
@@ -231,13 +247,7 @@ class Signature:
 
 def signature(fn: ast.CreateFunctionStmt) -> Signature:
     """The signature of a CREATE FUNCTION / PROCEDURE (its name must be schema-qualified)."""
-    names = [n.sval for n in fn.funcname]
-    if len(names) != 2:
-        raise ValueError(f"routine {'.'.join(names)} is not schema-qualified")
-    return Signature(schema=names[0], name=names[1],
-                     kind="procedure" if fn.is_procedure else "function",
-                     arg_types=tuple(in_arg_types(fn.parameters)), arguments=arguments(fn),
-                     identity=identity_args(fn), result=result_type(fn))
+    return Signature(**routine_head(fn), arguments=arguments(fn), identity=identity_args(fn))
 
 
 @lru_cache(maxsize=8)

@@ -26,7 +26,7 @@ def installed_functions(conn):
 def catalog_line(name: str, procedure: bool, args: str, result: str | None) -> str:
     """A routine of the catalog as its line in docs/api.txt (without upstream/ours)."""
     kind = "procedure" if procedure else "function"
-    return Signature("pgmq", name, kind, (), strip_in(args), "", result).line
+    return Signature("pgmq", name, kind, (), result, arguments=strip_in(args)).line
 
 
 def test_functions_match_the_api_listing(conn):

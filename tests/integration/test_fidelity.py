@@ -495,7 +495,7 @@ def test_upstreams_catalog_is_the_contract(upstream):
         rows = upstream.execute("""
             SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), p.prokind
             FROM pg_proc p WHERE p.pronamespace = 'pgmq'::regnamespace""").fetchall()
-    got = sorted(Signature("pgmq", name, "function", (), args, "", result).line
+    got = sorted(Signature("pgmq", name, "function", (), result, arguments=args).line
                  for name, args, result, kind in rows if kind == "f")
     assert len(got) == len(rows) and got == sorted(MANIFEST.contract)
 
