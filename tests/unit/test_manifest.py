@@ -22,6 +22,14 @@ def test_every_routine_has_a_policy_and_every_policy_a_routine():
     assert {p.name for p in MANIFEST.routines} == {e.name for e in entries}
 
 
+def test_an_overload_entry_names_an_overloaded_routine():
+    """Policy(name, arg_types) is for an overload whose policy differs from its name's others."""
+    keys = Counter(e.name for e in surface.current())
+    for p in MANIFEST.routines:
+        if p.arg_types is not None:
+            assert keys[p.name] > 1 and (p.name, p.arg_types) in {e.signature.key for e in surface.current()}
+
+
 def test_every_template_exists():
     for feat in MANIFEST.features:
         for tpl in feat.templates:
