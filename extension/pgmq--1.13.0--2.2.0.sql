@@ -697,9 +697,8 @@ BEGIN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
 
-    -- pg_partman keeps one part_config row (and a template table) per partitioned table; left
-    -- behind, they would break its maintenance of every other table. An archive converted by
-    -- convert_archive_partitioned is partitioned even when the queue is not.
+    -- pg_partman's configuration of the queue's tables (features/partitioned)
+    -- An archive converted by convert_archive_partitioned is partitioned even when the queue is not.
     v_partitioned := coalesce(v_partitioned, false) OR EXISTS (
         SELECT 1 FROM pg_catalog.pg_class c
         WHERE c.oid = to_regclass(format('pgmq.%I', v_atable)) AND c.relkind = 'p');
@@ -2146,6 +2145,156 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
+
+-- features/delivery/functions/claims.sql.j2
+-- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
+-- 'in progress', NULL when too old to know), or 'committed since' when it committed after the
+-- calling statement's snapshot was taken. The epoch comes from that snapshot. Rows whose
+-- xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
+-- STABLE so that it sees the calling statement's snapshot (a VOLATILE function takes its own).
+CREATE FUNCTION pgmq._xid_status(xid32 bigint)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_snap pg_snapshot := pg_current_snapshot();
+    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
+    v_full bigint;
+    v_status text;
+BEGIN
+    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
+        RETURN 'committed';
+    END IF;
+    v_full := (v_next & ~4294967295::bigint) | xid32;
+    IF v_full >= v_next THEN
+        v_full := v_full - 4294967296;
+    END IF;
+    IF v_full < 3 THEN
+        RETURN NULL;
+    END IF;
+    v_status := pg_xact_status(v_full::text::xid8);
+    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
+        RETURN 'committed since';
+    END IF;
+    RETURN v_status;
+END;
+$fn$;
+
+-- _claim_message: locks and returns the first eligible message (priority, then msg_id) for a
+-- transactional consumer, or NULL. Used by _take_message (which deletes it) and dispatch
+-- (which deletes it only when the callback succeeds). Rows that the delivery rules say must be
+-- settled (an expired lease, a delivery lost to a rollback: _macros/delivery.sql.j2) are
+-- settled through _record_failure and skipped; so are rows past their TTL or out of deliveries,
+-- which are dead-lettered.
+--
+-- kinds: the payload kinds the caller takes ('jsonb', 'xml'; NULL: any). An untyped queue may
+-- mix kinds (pgpro_queue allows it): only messages of those kinds are eligible. A typed queue
+-- holding another kind is an error (42804) before anything is locked.
+CREATE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    v_done   bigint[] := '{}';
+    v_id     bigint;
+    v_row    record;
+    v_result pgmq.message_record;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.payload_type <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    LOOP
+        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+        EXECUTE format(
+            $q$SELECT c.msg_id
+               FROM (
+                   SELECT msg_id
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                     AND ($1::bigint IS NULL OR msg_id = $1)
+                     AND msg_id <> ALL ($2)
+                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                   ORDER BY priority, msg_id
+                   LIMIT 2 * 1 + 32
+               ) c
+               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+               LIMIT 1$q$, v_qtable)
+        INTO v_id
+        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+        IF v_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_done := v_done || v_id;
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                               < clock_timestamp(), false) AS expired
+               FROM pgmq.%I
+               WHERE msg_id = $1
+                 AND vt <= clock_timestamp()
+                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+-- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): claims the next
+-- message and deletes it; the delete commits or rolls back with the caller's transaction.
+CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
+BEGIN
+    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id, kinds);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
+    USING v_msg.msg_id;
+    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
+    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+            v_msg.message, v_msg.headers)::pgmq.message_record;
+END;
+$fn$;
 
 -- ---------------------------------------------------------------- feature: partitioned
 
@@ -5968,156 +6117,6 @@ $fn$;
 COMMENT ON FUNCTION pgmq.get_queue_table(queue_name name) IS 'pgpro_queue compatibility: OID of the table that stores the queue''s messages.';
 
 -- features/pgpro/functions/messages.sql.j2
--- _xid_status: commit status of a 32-bit xid seen in xmin/xmax ('committed', 'aborted',
--- 'in progress', NULL when too old to know), or 'committed since' when it committed after the
--- calling statement's snapshot was taken. The epoch comes from that snapshot. Rows whose
--- xmax committed since are skipped by consumers (see moved() in _macros/delivery.sql.j2).
--- STABLE so that it sees the calling statement's snapshot (a VOLATILE function takes its own).
-CREATE FUNCTION pgmq._xid_status(xid32 bigint)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_snap pg_snapshot := pg_current_snapshot();
-    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
-    v_full bigint;
-    v_status text;
-BEGIN
-    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
-        RETURN 'committed';
-    END IF;
-    v_full := (v_next & ~4294967295::bigint) | xid32;
-    IF v_full >= v_next THEN
-        v_full := v_full - 4294967296;
-    END IF;
-    IF v_full < 3 THEN
-        RETURN NULL;
-    END IF;
-    v_status := pg_xact_status(v_full::text::xid8);
-    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
-        RETURN 'committed since';
-    END IF;
-    RETURN v_status;
-END;
-$fn$;
-
--- _claim_message: locks and returns the first eligible message (priority, then msg_id) for a
--- transactional consumer, or NULL. Used by _take_message (which deletes it) and dispatch
--- (which deletes it only when the callback succeeds). Rows that the delivery rules say must be
--- settled (an expired lease, a delivery lost to a rollback: _macros/delivery.sql.j2) are
--- settled through _record_failure and skipped; so are rows past their TTL or out of deliveries,
--- which are dead-lettered.
---
--- kinds: the payload kinds the caller takes ('jsonb', 'xml'; NULL: any). An untyped queue may
--- mix kinds (pgpro_queue allows it): only messages of those kinds are eligible. A typed queue
--- holding another kind is an error (42804) before anything is locked.
-CREATE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
-RETURNS pgmq.message_record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_qtable text := pgmq._format_table_name(queue_name, 'q');
-    v_policy pgmq.queue_settings;
-    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
-    v_done   bigint[] := '{}';
-    v_id     bigint;
-    v_row    record;
-    v_result pgmq.message_record;
-BEGIN
-    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
-    IF v_policy.payload_type <> ALL (kinds) THEN
-        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
-                             array_to_string(kinds, ' or '));
-    END IF;
-    LOOP
-        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
-        EXECUTE format(
-            $q$SELECT c.msg_id
-               FROM (
-                   SELECT msg_id
-                   FROM pgmq.%I
-                   WHERE vt <= clock_timestamp()
-                     AND ($1::bigint IS NULL OR msg_id = $1)
-                     AND msg_id <> ALL ($2)
-                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
-                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
-                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
-                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
-                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
-                   ORDER BY priority, msg_id
-                   LIMIT 2 * 1 + 32
-               ) c
-               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
-               LIMIT 1$q$, v_qtable)
-        INTO v_id
-        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
-        IF v_id IS NULL THEN
-            RETURN NULL;
-        END IF;
-        v_done := v_done || v_id;
-        EXECUTE format(
-            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                               < clock_timestamp(), false) AS expired
-               FROM pgmq.%I
-               WHERE msg_id = $1
-                 AND vt <= clock_timestamp()
-                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
-               FOR UPDATE SKIP LOCKED$q$, v_qtable)
-        INTO v_row
-        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
-        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
-
-        IF v_row.expired THEN
-            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
-            CONTINUE;
-        END IF;
-        IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
-            CONTINUE;
-        END IF;
-        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
-            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
-            CONTINUE;
-        END IF;
-        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
-        RETURN v_result;
-    END LOOP;
-END;
-$fn$;
-
--- _take_message: transactional consumption (pgpro_queue's READ_MESSAGE): claims the next
--- message and deletes it; the delete commits or rolls back with the caller's transaction.
-CREATE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
-RETURNS pgmq.message_record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_msg pgmq.message_record;
-BEGIN
-    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id, kinds);
-    IF v_msg.msg_id IS NULL THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
-    USING v_msg.msg_id;
-    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
-    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
-            v_msg.message, v_msg.headers)::pgmq.message_record;
-END;
-$fn$;
-
-
 -- insert_message: pgpro_queue's send of a jsonb message.
 CREATE PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
 LANGUAGE plpgsql

@@ -10,6 +10,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq.drop_queue(text)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.read(text, integer, integer, jsonb)
@@ -20,6 +21,67 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._xid_status(bigint)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable      text := pgmq.format_table_name(queue_name, 'q');
+    v_atable      text := pgmq.format_table_name(queue_name, 'a');
+    v_partitioned boolean;
+    v_partman     text;
+    v_template    text;
+BEGIN
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+
+    SELECT m.is_partitioned INTO v_partitioned
+    FROM pgmq.meta m
+    WHERE m.queue_name = drop_queue.queue_name;
+
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
+        DELETE FROM pgmq.meta m WHERE m.queue_name = drop_queue.queue_name;
+        RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
+        RETURN false;
+    END IF;
+    -- Checked before anything is changed; _drop_queue_tables checks again for itself.
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    -- pg_partman's configuration of the queue's tables (features/partitioned)
+    -- An archive converted by convert_archive_partitioned is partitioned even when the queue is not.
+    v_partitioned := coalesce(v_partitioned, false) OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.oid = to_regclass(format('pgmq.%I', v_atable)) AND c.relkind = 'p');
+    IF v_partitioned THEN
+        SELECT n.nspname INTO v_partman
+        FROM pg_catalog.pg_extension e
+        JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_partman';
+    END IF;
+    IF v_partman IS NOT NULL THEN
+        FOR v_template IN EXECUTE format(
+            'DELETE FROM %I.part_config WHERE parent_table = ANY ($1) RETURNING template_table', v_partman)
+            USING ARRAY['pgmq.' || v_qtable, 'pgmq.' || v_atable]
+        LOOP
+            -- Only the templates pg_partman made for us: <partman schema>.template_<schema>_<table>.
+            IF starts_with(v_template, v_partman || '.template_pgmq_') THEN
+                EXECUTE format('DROP TABLE IF EXISTS %I.%I', v_partman,
+                               substr(v_template, length(v_partman) + 2));
+            END IF;
+        END LOOP;
+    END IF;
+
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._drop_queue_tables(queue_name);
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
 
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
@@ -355,6 +417,117 @@ BEGIN
     IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
         PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
     END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._xid_status(xid32 bigint)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_snap pg_snapshot := pg_current_snapshot();
+    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
+    v_full bigint;
+    v_status text;
+BEGIN
+    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
+        RETURN 'committed';
+    END IF;
+    v_full := (v_next & ~4294967295::bigint) | xid32;
+    IF v_full >= v_next THEN
+        v_full := v_full - 4294967296;
+    END IF;
+    IF v_full < 3 THEN
+        RETURN NULL;
+    END IF;
+    v_status := pg_xact_status(v_full::text::xid8);
+    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
+        RETURN 'committed since';
+    END IF;
+    RETURN v_status;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    v_done   bigint[] := '{}';
+    v_id     bigint;
+    v_row    record;
+    v_result pgmq.message_record;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.payload_type <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    LOOP
+        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+        EXECUTE format(
+            $q$SELECT c.msg_id
+               FROM (
+                   SELECT msg_id
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                     AND ($1::bigint IS NULL OR msg_id = $1)
+                     AND msg_id <> ALL ($2)
+                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                   ORDER BY priority, msg_id
+                   LIMIT 2 * 1 + 32
+               ) c
+               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+               LIMIT 1$q$, v_qtable)
+        INTO v_id
+        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+        IF v_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_done := v_done || v_id;
+        EXECUTE format(
+            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                               < clock_timestamp(), false) AS expired
+               FROM pgmq.%I
+               WHERE msg_id = $1
+                 AND vt <= clock_timestamp()
+                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+               FOR UPDATE SKIP LOCKED$q$, v_qtable)
+        INTO v_row
+        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
 END;
 $fn$;
 
@@ -1652,117 +1825,6 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
-
-CREATE OR REPLACE FUNCTION pgmq._xid_status(xid32 bigint)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_snap pg_snapshot := pg_current_snapshot();
-    v_next bigint := pg_snapshot_xmax(v_snap)::text::bigint;
-    v_full bigint;
-    v_status text;
-BEGIN
-    IF xid32 IS NULL OR xid32 < 3 THEN  -- invalid, bootstrap or frozen
-        RETURN 'committed';
-    END IF;
-    v_full := (v_next & ~4294967295::bigint) | xid32;
-    IF v_full >= v_next THEN
-        v_full := v_full - 4294967296;
-    END IF;
-    IF v_full < 3 THEN
-        RETURN NULL;
-    END IF;
-    v_status := pg_xact_status(v_full::text::xid8);
-    IF v_status = 'committed' AND NOT pg_visible_in_snapshot(v_full::text::xid8, v_snap) THEN
-        RETURN 'committed since';
-    END IF;
-    RETURN v_status;
-END;
-$fn$;
-
-CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
-RETURNS pgmq.message_record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_qtable text := pgmq._format_table_name(queue_name, 'q');
-    v_policy pgmq.queue_settings;
-    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
-    v_done   bigint[] := '{}';
-    v_id     bigint;
-    v_row    record;
-    v_result pgmq.message_record;
-BEGIN
-    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
-    IF v_policy.payload_type <> ALL (kinds) THEN
-        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
-                             array_to_string(kinds, ' or '));
-    END IF;
-    LOOP
-        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
-        EXECUTE format(
-            $q$SELECT c.msg_id
-               FROM (
-                   SELECT msg_id
-                   FROM pgmq.%I
-                   WHERE vt <= clock_timestamp()
-                     AND ($1::bigint IS NULL OR msg_id = $1)
-                     AND msg_id <> ALL ($2)
-                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
-                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
-                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
-                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
-                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
-                   ORDER BY priority, msg_id
-                   LIMIT 2 * 1 + 32
-               ) c
-               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
-               LIMIT 1$q$, v_qtable)
-        INTO v_id
-        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
-        IF v_id IS NULL THEN
-            RETURN NULL;
-        END IF;
-        v_done := v_done || v_id;
-        EXECUTE format(
-            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                               < clock_timestamp(), false) AS expired
-               FROM pgmq.%I
-               WHERE msg_id = $1
-                 AND vt <= clock_timestamp()
-                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
-               FOR UPDATE SKIP LOCKED$q$, v_qtable)
-        INTO v_row
-        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
-        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
-
-        IF v_row.expired THEN
-            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
-            CONTINUE;
-        END IF;
-        IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
-            CONTINUE;
-        END IF;
-        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
-            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
-            CONTINUE;
-        END IF;
-        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
-        RETURN v_result;
-    END LOOP;
-END;
-$fn$;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.1.0--2.2.0/post.sql.j2
 -- (nothing)

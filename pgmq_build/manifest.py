@@ -125,12 +125,17 @@ UPSTREAM_KEPT: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Feature:
-    """A folder of templates under templates/features/<name>, rendered in manifest order."""
+    """A folder of templates under templates/features/<name>, rendered in manifest order.
+
+    ``uses``: the features whose objects this one's SQL names (computed from the rendered script
+    and compared by tests/unit/test_features.py; pgmq_build/features.py). It documents, it orders
+    nothing: the extension installs every feature, and some use each other.
+    """
 
     name: str
     templates: tuple[str, ...]
     config_tables: tuple[str, ...] = ()
-    requires: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,7 @@ class Manifest:
 
 CORE = Feature(
     name="core",
+    uses=("delivery",),
     templates=(
         "types.sql.j2",
         "tables.sql.j2",
@@ -202,13 +208,13 @@ CORE = Feature(
 
 PARTITIONED = Feature(
     name="partitioned",
-    requires=("core",),
+    uses=("core",),
     templates=("functions/partman.sql.j2", "functions/create_partitioned.sql.j2"),
 )
 
 FIFO = Feature(
     name="fifo",
-    requires=("core",),
+    uses=("core", "delivery"),
     templates=("functions/fifo_index.sql.j2", "functions/read_grouped.sql.j2"),
 )
 
@@ -216,7 +222,7 @@ FIFO = Feature(
 # built-in topic exchange 'pgmq.topic'.
 ROUTING = Feature(
     name="routing",
-    requires=("core",),
+    uses=("core",),
     # the generated column of exchange_bindings calls _topic_regex, so validate.sql.j2 comes first
     templates=("functions/validate.sql.j2", "tables.sql.j2", "functions/routing.sql.j2",
                "functions/exchanges.sql.j2", "functions/bindings.sql.j2", "functions/publish.sql.j2",
@@ -226,42 +232,42 @@ ROUTING = Feature(
 
 NOTIFY = Feature(
     name="notify",
-    requires=("core",),
+    uses=("core",),
     templates=("tables.sql.j2", "functions/notify_insert.sql.j2", "functions/notify_msg_id.sql.j2"),
     config_tables=("notify_insert_throttle",),
 )
 
 DELIVERY = Feature(
     name="delivery",
-    requires=("core",),
+    uses=("core",),
     templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
-               "functions/expire.sql.j2"),
+               "functions/expire.sql.j2", "functions/claims.sql.j2"),
     config_tables=("queue_settings", "dedup_keys"),
 )
 
 PAYLOADS = Feature(
     name="payloads",
-    requires=("core", "delivery"),
+    uses=("core", "delivery"),
     templates=("functions/types.sql.j2", "functions/messages.sql.j2"),
 )
 
 PGPRO = Feature(
     name="pgpro",
-    requires=("core", "delivery", "payloads", "routing"),
+    uses=("core", "delivery", "payloads", "routing"),
     templates=("functions/queues.sql.j2", "functions/messages.sql.j2", "functions/publish.sql.j2"),
 )
 
 CALLBACKS = Feature(
     name="callbacks",
-    requires=("core", "delivery", "pgpro"),
+    uses=("core", "delivery"),
     templates=("tables.sql.j2", "functions/callbacks.sql.j2"),
     config_tables=("callbacks",),
 )
 
 ACCESS = Feature(
     name="access",
-    requires=("core", "delivery", "routing", "notify", "callbacks"),
+    uses=("core", "delivery", "routing", "notify", "callbacks"),
     templates=("functions/access.sql.j2", "policies.sql.j2"),
 )
 

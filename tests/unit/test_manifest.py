@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pgmq_build import surface
+from pgmq_build import features, render, surface
 from pgmq_build.lint.sqlast import parse_signature, parse_signatures
 from pgmq_build.manifest import IDENTIFIER_BUDGET, LONGEST_PREFIX, MANIFEST, MAX_QUEUE_NAME
 from pgmq_build.paths import templates_dir
@@ -44,11 +44,23 @@ def test_every_feature_template_is_listed():
     assert on_disk == listed
 
 
-def test_requirements_are_known_and_ordered():
-    seen: set[str] = set()
+def test_features_use_what_the_manifest_says():
+    """Feature.uses is the truth: the features whose objects each feature's SQL names."""
+    script = render.render_all()[f"pgmq--{MANIFEST.version}.sql"]
+    found = features.uses(script, MANIFEST.schema)
+    assert set(found) == {f.name for f in MANIFEST.features}
     for feat in MANIFEST.features:
-        assert set(feat.requires) <= seen, feat.name
-        seen.add(feat.name)
+        assert found[feat.name] == set(feat.uses), feat.name
+    # core names only delivery's settings, rules and claims; nothing else leaks into it
+    assert found["core"] == {"delivery"}
+
+
+def test_feature_sections_and_uses_are_computed_from_the_sql():
+    script = ("-- ---- feature: a\nCREATE FUNCTION s.f() ...\nCREATE TABLE s.t (x int);\n"
+              "-- ---- feature: b\nCREATE FUNCTION s.g() AS $$ SELECT s.f() FROM s.t $$;\n"
+              "-- ---- feature: c\nSELECT s.g(), s.h();\n")
+    assert set(features.sections(script)) == {"a", "b", "c"}
+    assert features.uses(script, "s") == {"a": set(), "b": {"a"}, "c": {"b"}}
 
 
 def test_identifier_budget():
