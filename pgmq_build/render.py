@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 from pglast import ast, parse_sql
 
-from . import upgrade
+from . import headers, upgrade
 from .errors import DeclarationError, raise_error
 from .lint import sqlast
 from .lint.script import routine_statements
@@ -59,6 +59,7 @@ def make_env(target: str, manifest: Manifest = MANIFEST, path: Path | None = Non
     env.filters["prose"] = prose
     # Globals, not render context: macros imported with {% from %} only see globals.
     env.globals.update(
+        H=headers.H,
         schema=manifest.schema,
         version=manifest.version,
         target=target,

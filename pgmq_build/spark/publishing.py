@@ -3,10 +3,11 @@ batch (message / headers as JSON text, visibility times from the server's clock,
 and the insert paths: COPY into the queue table, ``pgmq.send`` / ``pgmq.send_batch``, topic
 routing (``pgmq.send_topic``) and exchanges (``pgmq.publish``).
 
-Rows that the extension treats specially on insert (``x-pgmq-dedup-id``, ``x-pgmq-ttl``,
-``x-pgmq-max-retries`` headers, or an ``x-pgmq-priority`` that is not a plain integer) never take
-the COPY path: they go through ``pgmq.send`` so that the server applies its own rules. The
-exactly-once paths stage the encoded rows first (staging.py).
+Rows that the extension treats specially on insert (a header of ``headers.INSERT_RULES``:
+dedup id, TTL, max retries, retry delay; or an ``x-pgmq-priority`` that is not a plain integer)
+never take the COPY path: they go through ``pgmq.send`` so that the server applies its own rules
+(tests/unit/test_headers.py checks that this list is what send reads). The exactly-once paths
+stage the encoded rows first (staging.py).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 from psycopg import sql
 
+from .. import headers as pgmq_headers
 from .connections import QueueInfo
 from .errors import PgmqSparkError
 
 # Headers whose insert-time meaning lives in the extension's send paths (dedup, limit marks).
-SPECIAL_HEADERS = ("x-pgmq-dedup-id", "x-pgmq-ttl", "x-pgmq-max-retries")
-PRIORITY_HEADER = "x-pgmq-priority"
+SPECIAL_HEADERS = pgmq_headers.INSERT_RULES
+PRIORITY_HEADER = pgmq_headers.PRIORITY
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 _TS = pa.timestamp("us", tz="UTC")

@@ -14,12 +14,13 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import sql
 
+from .. import headers as pgmq_headers
 from .connections import QueueInfo, connect
 
 # -- the columns a reader returns (Spark schema in source.py mirrors these) --------------------
 
-_PRIORITY_FROM_HEADERS = ("CASE WHEN headers->>'x-pgmq-priority' ~ '^\\s*-?[0-9]+\\s*$' THEN "
-                          "least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), "
+_PRIORITY_FROM_HEADERS = (f"CASE WHEN headers->>'{pgmq_headers.PRIORITY}' ~ '^\\s*-?[0-9]+\\s*$' THEN "
+                          f"least(greatest((headers->>'{pgmq_headers.PRIORITY}')::numeric, -2147483648), "
                           "2147483647)::integer ELSE 0 END")
 QUEUE_COLUMNS = ("msg_id", "read_ct", "enqueued_at", "last_read_at", "vt", "message", "headers",
                  "priority")

@@ -14,6 +14,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from .. import headers as pgmq_headers
 from .connections import connect, qualified
 from .errors import PgmqSparkError
 from .publishing import Encoded, Target, csv_bytes
@@ -143,13 +144,12 @@ def move_staged(cur: psycopg.Cursor, staging: str, job_id: str, part_ids: Sequen
         ).format(sel), [target.exchange, *params])
         return int(cur.fetchone()[0])
     assert target.queue is not None
-    special = sql.SQL("coalesce(s.headers ?| ARRAY['x-pgmq-dedup-id', 'x-pgmq-ttl', "
-                      "'x-pgmq-max-retries'], false)")
+    special = sql.SQL("coalesce(s.headers ?| {}::text[], false)").format(sql.Literal(list(pgmq_headers.INSERT_RULES)))
     cur.execute(sql.SQL(
         "INSERT INTO {q} (vt, message, headers, priority) "
-        "SELECT s.vt, s.message, s.headers, coalesce((s.headers->>'x-pgmq-priority')::integer, 0) "
+        "SELECT s.vt, s.message, s.headers, coalesce((s.headers->>{prio})::integer, 0) "
         "{sel} AND NOT {special} ORDER BY s.part_id, s.ord").format(
-            q=target.queue.q, sel=sel, special=special), params)
+            q=target.queue.q, sel=sel, special=special, prio=sql.Literal(pgmq_headers.PRIORITY)), params)
     n = cur.rowcount
     cur.execute(sql.SQL(
         "SELECT count(*) FROM (SELECT s.message, s.headers, s.vt {sel} AND {special} "

@@ -23,12 +23,13 @@ def _module_imports(name: str) -> list[str]:
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
+            base = ["pgmq_build", "spark"][:max(0, 3 - node.level)] if node.level else []
             if node.level == 0:
                 out.append(node.module or "")
-            elif node.module:  # from .x import y
-                out.append(f"pgmq_build.spark.{node.module}")
-            else:  # from . import x, y
-                out += [f"pgmq_build.spark.{a.name}" for a in node.names]
+            elif node.module:  # from .x import y, from ..x import y
+                out.append(".".join([*base, node.module]))
+            else:  # from . import x, y; from .. import x
+                out += [".".join([*base, a.name]) for a in node.names]
     return out
 
 
