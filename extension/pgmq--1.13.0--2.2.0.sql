@@ -2124,7 +2124,8 @@ BEGIN
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
                 WHERE vt <> 'infinity'
-                  AND enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1)) < clock_timestamp()
+                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
+                               < clock_timestamp(), false)
                 FOR UPDATE SKIP LOCKED) e$q$,
             pgmq._format_table_name(v_queue, 'q'))
         INTO v_ids

@@ -16,6 +16,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.expire_messages(text)
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
@@ -419,6 +420,54 @@ BEGIN
     END IF;
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
+                               < clock_timestamp(), false)
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+            pgmq._format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
 
 CREATE OR REPLACE FUNCTION pgmq._xid_status(xid32 bigint)
 RETURNS text
