@@ -107,7 +107,12 @@ def _num(v: float | None, fmt: str) -> str:
 
 
 def _cpu(v: float | None) -> str:
-    return _num(v, ".2f" if v is not None and v < 10 else ".1f")
+    return _num(v, ".2f" if v is not None and v < 10 else ".1f" if v is not None and v < 1000
+                else ",.0f")
+
+
+def _ratio(v: float | None) -> str:
+    return _num(v, ".3f" if v is not None and v < 0.1 else ".2f")
 
 
 def _baselines(systems: tuple[str, ...]) -> list[str]:
@@ -138,7 +143,7 @@ def format_table(cells: list[Cell], systems: tuple[str, ...] = SYSTEMS) -> str:
 
         row = [c.workload, str(c.clients)]
         row += [missing(s) or _cpu(c.cpu_us_per_msg(s)) for s in systems]
-        row += [missing(OURS) or missing(s) or _num(c.cpu_ratio(OURS, s), ".2f")
+        row += [missing(OURS) or missing(s) or _ratio(c.cpu_ratio(OURS, s))
                 for s in _baselines(systems)]
         row += [missing(s) or _num(c.wal_per_msg(s), ",.0f") for s in systems]
         row += [missing(s) or _num(c.rate(s), ",.0f") + ("!" if c.dry(s) else "") for s in systems]

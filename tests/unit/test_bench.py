@@ -144,6 +144,12 @@ def test_table_three_way():
         "430", NOT_APPLICABLE, "504", "27,000", NOT_APPLICABLE, "6,000!"]
     assert _row(table, "fifo_read_grouped")[2:7] == ["10.0", UNAVAILABLE, "25.0", UNAVAILABLE,
                                                      "2.50"]
+    # large and small: thousands separated, small ratios with three decimals
+    far = Cell("fifo_read_grouped_rr", 1, systems=list(SYSTEMS), segments=[
+        _seg(RAW, 1000, 13_700, 400_000), _seg(UPSTREAM, 40, 1_452_000, 38_000),
+        _seg(OURS, 1000, 121_400, 1_000_000)])
+    assert _row(format_table([far]), "fifo_read_grouped_rr")[2:7] == [
+        "13.7", "36,300", "121.4", "0.003", "8.86"]
     # the server's CPU not measurable here: "?" for CPU and ratios, WAL and rates still shown
     assert _row(table, "pop")[2:8] == [UNKNOWN] * 5 + ["410"]
 
