@@ -4,11 +4,11 @@
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
 
-Three systems on one server, each in a database of its own making: "raw" (plain SQL on a table
-laid out like a queue table, in the database of ours), "upstream" (upstream PGMQ 1.13 installed
-by running the pgmq.sql that ships in the PyPI package pgmq, upstream's Python client: an
-SQL-only install in database pgmq_bench_upstream; pip-installed if missing) and "ours"
-(CREATE EXTENSION pgmq in database pgmq_bench). A workload upstream lacks the functions for
+Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
+laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
+installed by running the pgmq.sql that ships in the PyPI package pgmq, upstream's Python
+client: an SQL-only install in database pgmq_bench_upstream; the package is pip-installed if
+missing) and "ours" (CREATE EXTENSION pgmq in database pgmq_bench). A workload upstream lacks the functions for
 (exchanges, the worker's dispatch) runs on raw and ours only.
 
 Each cell (workload x client count) measures every system for --seconds, split into --rounds

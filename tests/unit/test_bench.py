@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from pgmq_build.bench import run as bench_run
 from pgmq_build.bench import server
 from pgmq_build.bench.report import (
     NOT_APPLICABLE,
@@ -23,7 +24,7 @@ from pgmq_build.bench.report import (
     format_table,
     ratio,
 )
-from pgmq_build.bench.run import PREFILL, parse_args, round_order
+from pgmq_build.bench.run import PREFILL, UPSTREAM_PACKAGE, parse_args, round_order
 from pgmq_build.bench.workloads import BY_NAME, WORKLOADS
 
 # A real backend's line (PostgreSQL 15), fields 14 and 15 (utime, stime) = 1234 and 56.
@@ -200,3 +201,21 @@ def test_upstream_runs_exactly_the_workloads_it_has_the_functions_for():
         assert calls, w.name
         assert w.upstream == (calls <= upstream_functions), (w.name, calls - upstream_functions)
     assert not BY_NAME["worker_dispatch"].upstream and BY_NAME["worker_dispatch"].unit == "callbacks"
+
+
+def test_upstream_sql_pip_installs_the_package_when_missing(monkeypatch):
+    from pgmq_build import migrate
+
+    calls = []
+    answers = iter([migrate.MigrateError("no package pgmq"), ("1.13.0", "CREATE SCHEMA pgmq;")])
+
+    def upstream_sql():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(migrate, "upstream_sql", upstream_sql)
+    monkeypatch.setattr(bench_run.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    assert bench_run.upstream_pgmq_sql() == ("1.13.0", "CREATE SCHEMA pgmq;")
+    assert calls == [[bench_run.sys.executable, "-m", "pip", "install", "-q", UPSTREAM_PACKAGE]]
