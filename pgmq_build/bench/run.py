@@ -1,24 +1,42 @@
-"""The benchmark behind `make bench`: pgmq's SQL API against plain SQL on a table of the same shape.
+"""The benchmark behind `make bench`: plain SQL, upstream PGMQ and our pgmq, side by side.
 
     python3 -m pgmq_build.bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
-                                [--spark-rows 200000]
+                                [--prefill 200000] [--no-upstream] [--spark-rows 200000]
 
-Each cell (workload x client count) measures both sides for --seconds each, split into --rounds
-alternating segments (raw, pgmq, pgmq, raw, ...) so that drift on a noisy machine hits both sides
-alike. Every segment starts from a fresh queue (recreated, prefilled when the workload consumes,
-VACUUM ANALYZE, CHECKPOINT), with new client connections: one autocommit psycopg connection per
-client, each driven by its own thread (default) or process. Throughput is messages handled / wall
-time from the first client's start to the last client's finish. Nothing is asserted: it reports.
+Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
+laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
+installed by running the pgmq.sql that ships in the PyPI package pgmq, upstream's Python
+client: an SQL-only install in database pgmq_bench_upstream; the package is pip-installed if
+missing) and "ours" (CREATE EXTENSION pgmq in database pgmq_bench). A workload upstream lacks the functions for
+(exchanges, the worker's dispatch) runs on raw and ours only.
 
-A workload marked optional (a pgmq feature the build under test may lack: FIFO, topics) that
-fails with an error from the server (one with a SQLSTATE: a missing function, a bug in the
-feature) is reported as an "(unavailable: <error>)" row, its other cells skipped, and the run
-goes on. Any other failure (a non-optional workload, a client-side error) stops the run.
+Each cell (workload x client count) measures every system for --seconds, split into --rounds
+segments whose order alternates (raw, upstream, ours, then ours, upstream, raw, ...), so that
+drift on a noisy machine hits all systems alike; one system runs at a time. Every segment starts
+from a fresh queue (recreated, prefilled when the workload consumes, VACUUM ANALYZE, CHECKPOINT),
+with new client connections: one autocommit psycopg connection per client, each driven by its
+own thread (default) or process. Per segment it records:
 
-Consuming workloads are prefilled per segment with 2x what the faster side consumed per second
-in a 0.3 s warm-up, times the segment length (plus slack); a segment that still runs dry is
-re-run with 3x the prefill, and marked "(dry!)" if it runs dry again.
+- server CPU: utime + stime of the clients' backend processes (pids from pg_backend_pid), read
+  from /proc/<pid>/stat just before the clients start together and just after the last one
+  finishes (see server.py); reported per message. The primary metric: clients and server share
+  the machine's cores, so msgs/s says as much about the client as about the server;
+- WAL: pg_current_wal_lsn() before and after; reported in bytes per message;
+- throughput: messages handled / wall time from the first client's start to the last client's
+  finish (a secondary column).
+
+Nothing is asserted: it reports.
+
+A workload marked optional (a pgmq feature a system may lack or break: FIFO, topics, the worker)
+that fails on a system with an error from the server (one with a SQLSTATE) is reported as "n/a"
+for that system (the error under the table), which is not tried again for the workload, and the
+run goes on. Any other failure (a non-optional workload, a client-side error) stops the run.
+
+Consuming workloads start every segment with at least --prefill messages queued (default
+200,000), or more if a 0.3 s warm-up of every system says the fastest could consume more: 2x its
+rate times the segment length (plus slack); a segment that still runs dry is re-run with 3x the
+prefill, and its rate marked "!" if it runs dry again.
 
 Threads, not processes, by default: on the 2-core machine this was written on, the client side
 used at most ~0.9 cores (send x4) and --mode process was no faster (the clients share the cores
@@ -26,44 +44,66 @@ with the server, and the GIL is released while libpq waits). Each cell's client 
 logged and stored in the JSON, so this can be rechecked on a bigger machine.
 
 Without --dsn it starts a throwaway PostgreSQL (pgmq_build.cluster.TempCluster, which runs the
-server as an unprivileged user when we are root) and copies the extension files into the
-server's sharedir when that is writable. Either way the run uses a fresh database `pgmq_bench`
-(dropped and recreated) with CREATE EXTENSION pgmq (or the standalone script as a fallback).
+server as an unprivileged user when we are root; fsync=off, synchronous_commit on) and copies
+the extension files into the server's sharedir when that is writable. Either way the databases
+pgmq_bench and pgmq_bench_upstream are (re)created and dropped at the end. With a --dsn server
+on another machine the server CPU columns read "?".
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import conninfo
 
 from ..cluster import TempCluster
 from ..install import InstallError, ensure_pgmq, install_files, sharedir
-from .workloads import BY_NAME, PGMQ, RAW, WORKLOADS, Workload
+from .report import OURS, RAW, SYSTEMS, UPSTREAM, Cell, Segment, format_table
+from .server import Meter, Usage
+from .workloads import BY_NAME, PGMQ, WORKLOADS, Workload
+from .workloads import RAW as RAW_API
 
-BENCH_DB = "pgmq_bench"
+BENCH_DB = "pgmq_bench"  # ours, and the raw tables
+UPSTREAM_DB = "pgmq_bench_upstream"
+UPSTREAM_PACKAGE = "pgmq>=1.1.4"  # upstream's Python client; 1.1.4 ships upstream 1.13.0's SQL
 WARMUP_SECONDS = 0.3  # the rate estimate that sizes a consuming cell's prefill
 WARM_OPS = 10  # untimed ops per client per segment, before the clients start together
-PREFILL_MARGIN = 2.0  # prefill = margin x (faster side's warm-up rate) x segment length + slack
+PREFILL = 200_000  # messages queued before every segment of a consuming workload (--prefill)
+PREFILL_MARGIN = 2.0  # prefill >= margin x (fastest system's warm-up rate) x segment length + slack
 PREFILL_MAX = 5_000_000
 # The throwaway server: no checkpoint should start inside a measured segment on its own (we issue
-# one before each segment, so every segment starts from the same state).
-CLUSTER_SETTINGS = {"max_wal_size": "8GB", "checkpoint_timeout": "1h"}
+# one before each segment, so every segment starts from the same state). synchronous_commit is
+# PostgreSQL's default; set anyway, as every commit's WAL flush is part of what is measured.
+CLUSTER_SETTINGS = {"max_wal_size": "8GB", "checkpoint_timeout": "1h", "synchronous_commit": "on"}
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class System:
+    name: str  # RAW, UPSTREAM or OURS
+    api: str  # the workloads' side: RAW_API (plain SQL) or PGMQ (the pgmq.* calls)
+    dsn: str
+
+
+def round_order(systems: list[str], rnd: int) -> list[str]:
+    """The systems' order in round `rnd` (0-based): as given, then reversed, alternately
+    (raw, upstream, ours, ours, upstream, raw, ...: cancels linear drift)."""
+    return list(systems) if rnd % 2 == 0 else list(reversed(systems))
 
 
 # --- one client ----------------------------------------------------------------------------------
@@ -104,8 +144,15 @@ def drive(workload: Workload, side: str, cur: psycopg.Cursor, seconds: float,
 
 
 def _connect(dsn: str) -> psycopg.Connection:
-    # Default prepare_threshold (5) on purpose: both sides get psycopg's auto-prepare alike.
+    # Default prepare_threshold (5) on purpose: every system gets psycopg's auto-prepare alike,
+    # and the WARM_OPS untimed ops mean every timed statement is a prepared one.
     return psycopg.connect(dsn, autocommit=True)
+
+
+@dataclass
+class Run:
+    clients: list[ClientResult]
+    usage: Usage | None  # what the segment cost the server (None: not metered)
 
 
 # --- many clients: threads or processes ----------------------------------------------------------
@@ -115,15 +162,21 @@ class ThreadClients:
 
     name = "thread"
 
-    def __init__(self, dsn: str, max_clients: int) -> None:
-        self.dsn = dsn
+    def __init__(self, max_clients: int) -> None:
+        pass
 
-    def run(self, workload: Workload, side: str, clients: int, seconds: float,
-            stop_when_dry: bool) -> list[ClientResult]:
-        conns = [_connect(self.dsn) for _ in range(clients)]
-        cpu0 = [0.0]
-        # The barrier's action runs once, as the clients are released: CPU counts from there.
-        barrier = threading.Barrier(clients, action=lambda: cpu0.__setitem__(0, time.process_time()))
+    def run(self, workload: Workload, side: str, dsn: str, clients: int, seconds: float,
+            stop_when_dry: bool, meter: Meter | None = None) -> Run:
+        conns = [_connect(dsn) for _ in range(clients)]
+        pids = [c.info.backend_pid for c in conns]
+        start: dict = {}
+
+        def released() -> None:  # the barrier's action: once, as the clients are released
+            if meter is not None:
+                start["server"] = meter.sample(pids)
+            start["cpu"] = time.process_time()
+
+        barrier = threading.Barrier(clients, action=released)
         results: list[ClientResult | None] = [None] * clients
         errors: list[BaseException] = []
 
@@ -136,12 +189,15 @@ class ThreadClients:
                 barrier.abort()
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        usage = None
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            cpu = time.process_time() - cpu0[0]  # the whole process: all client threads
+            cpu = time.process_time() - start.get("cpu", 0.0)  # the whole process: all clients
+            if meter is not None and not errors:  # before the backends exit with their connections
+                usage = meter.usage(start["server"], meter.sample(pids))
         finally:
             for c in conns:
                 c.close()
@@ -150,7 +206,7 @@ class ThreadClients:
             raise errors[0]
         done = [r for r in results if r is not None]
         done[0].cpu = cpu
-        return done
+        return Run(done, usage)
 
     def close(self) -> None:
         pass
@@ -170,9 +226,9 @@ def _process_main(pipe) -> None:  # a worker process: runs jobs until told to st
             with _connect(dsn) as conn:
                 cpu0 = 0.0
 
-                def wait_start() -> None:
+                def wait_start(conn: psycopg.Connection = conn) -> None:
                     nonlocal cpu0
-                    pipe.send("ready")
+                    pipe.send(("ready", conn.info.backend_pid))
                     if pipe.recv() != "go":
                         raise _Aborted
                     cpu0 = time.process_time()
@@ -181,6 +237,7 @@ def _process_main(pipe) -> None:  # a worker process: runs jobs until told to st
                                wait_start)
                 result.cpu = time.process_time() - cpu0
                 pipe.send(result)
+                pipe.recv()  # "close": the parent has read the backend's CPU time
         except _Aborted:
             pass
         except psycopg.Error as exc:
@@ -197,8 +254,7 @@ class ProcessClients:
 
     name = "process"
 
-    def __init__(self, dsn: str, max_clients: int) -> None:
-        self.dsn = dsn
+    def __init__(self, max_clients: int) -> None:
         ctx = mp.get_context("spawn")  # no inherited libpq sockets from the parent
         self.pipes = []
         self.procs = []
@@ -209,25 +265,35 @@ class ProcessClients:
             self.pipes.append(parent)
             self.procs.append(p)
 
-    def run(self, workload: Workload, side: str, clients: int, seconds: float,
-            stop_when_dry: bool) -> list[ClientResult]:
+    def run(self, workload: Workload, side: str, dsn: str, clients: int, seconds: float,
+            stop_when_dry: bool, meter: Meter | None = None) -> Run:
         pipes = self.pipes[:clients]
         for p in pipes:
-            p.send((self.dsn, workload.name, side, seconds, stop_when_dry))
-        replies = [p.recv() for p in pipes]  # "ready" (connected, warmed up) or an exception
+            p.send((dsn, workload.name, side, seconds, stop_when_dry))
+        # ("ready", backend pid) once connected and warmed up, or an exception
+        replies = [p.recv() for p in pipes]
         failed = [r for r in replies if isinstance(r, Exception)]
         if failed:
             for p, r in zip(pipes, replies, strict=True):
-                if r == "ready":
+                if not isinstance(r, Exception):
                     p.send("abort")
             raise failed[0]
+        pids = [pid for _, pid in replies]
+        before = meter.sample(pids) if meter is not None else None
         for p in pipes:
             p.send("go")
         results = [p.recv() for p in pipes]  # all of them, so that no reply is left in a pipe
         failed = [r for r in results if isinstance(r, Exception)]
+        try:
+            usage = (meter.usage(before, meter.sample(pids))
+                     if meter is not None and before is not None and not failed else None)
+        finally:
+            for p, r in zip(pipes, results, strict=True):
+                if not isinstance(r, Exception):
+                    p.send("close")
         if failed:
             raise failed[0]
-        return results
+        return Run(results, usage)
 
     def close(self) -> None:
         for pipe, proc in zip(self.pipes, self.procs, strict=True):
@@ -239,39 +305,6 @@ class ProcessClients:
 
 
 # --- cells ---------------------------------------------------------------------------------------
-
-@dataclass
-class Segment:
-    side: str
-    round: int
-    prefill: int
-    msgs: int
-    ops: int
-    dry_ops: int
-    elapsed: float
-    rate: float
-    client_cpu: float  # cores the client side kept busy (thread mode: bounded by the GIL at ~1)
-
-
-@dataclass
-class Cell:
-    workload: str
-    clients: int
-    prefill: int = 0
-    segments: list[Segment] = field(default_factory=list)
-    unavailable: str | None = None  # an optional workload that failed: why
-
-    def rate(self, side: str) -> float:
-        segs = [s for s in self.segments if s.side == side]
-        elapsed = sum(s.elapsed for s in segs)
-        return sum(s.msgs for s in segs) / elapsed if elapsed else 0.0
-
-    def client_cpu(self) -> float:
-        return max((s.client_cpu for s in self.segments), default=0.0)
-
-    def dry(self, side: str) -> int:
-        return sum(s.dry_ops for s in self.segments if s.side == side)
-
 
 @dataclass
 class Totals:
@@ -289,76 +322,161 @@ class Totals:
                    sum(r.cpu for r in results) / elapsed if elapsed > 0 else 0.0)
 
 
+def short_error(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    msg = lines[0] if lines else type(exc).__name__
+    return msg if len(msg) <= 160 else msg[:157] + "..."
+
+
 class Bench:
-    def __init__(self, admin: psycopg.Connection, clients_impl, seconds: float, rounds: int):
-        self.admin = admin
+    def __init__(self, systems: dict[str, System], admins: dict[str, psycopg.Connection],
+                 meter: Meter, clients_impl, seconds: float, rounds: int, prefill: int):
+        self.systems = systems  # in SYSTEMS order: the order of a round
+        self.admins = admins  # an autocommit connection to each system's database
+        self.meter = meter
         self.clients = clients_impl
         self.seconds = seconds
         self.rounds = rounds
+        self.prefill = prefill
         self.can_checkpoint = True
 
-    def prepare(self, workload: Workload, side: str, prefill: int) -> None:
-        workload.reset(self.admin, side)
+    def systems_for(self, workload: Workload) -> list[str]:
+        return [s for s in self.systems if s != UPSTREAM or workload.upstream]
+
+    def prepare(self, workload: Workload, system: System, prefill: int) -> None:
+        admin = self.admins[system.name]
+        workload.reset(admin, system.api)
         if prefill:
-            workload.fill(self.admin, side, prefill)
+            workload.fill(admin, system.api, prefill)
         if self.can_checkpoint:
             try:
-                self.admin.execute("CHECKPOINT")
+                admin.execute("CHECKPOINT")
             except psycopg.Error as exc:
                 self.can_checkpoint = False
                 log(f"  (no CHECKPOINT before segments: {str(exc).strip()})")
 
-    def warmup_rate(self, workload: Workload, side: str, clients: int) -> float:
+    def warmup_rate(self, workload: Workload, system: System, clients: int) -> float:
         """Messages/s of a short run on a small prefill, stopping early if it runs dry."""
         n = min(1000 * workload.msgs_per_op, 50_000) * clients
-        self.prepare(workload, side, n)
-        t = Totals.of(self.clients.run(workload, side, clients, WARMUP_SECONDS, stop_when_dry=True))
+        self.prepare(workload, system, n)
+        run = self.clients.run(workload, system.api, system.dsn, clients, WARMUP_SECONDS,
+                               stop_when_dry=True)
+        t = Totals.of(run.clients)
         return t.msgs / t.elapsed if t.elapsed > 0 else 0.0
 
-    def run_cell(self, workload: Workload, clients: int, label: str) -> Cell:
-        cell = Cell(workload.name, clients)
+    def _guard(self, cell: Cell, workload: Workload, system: str, label: str,
+               fn: Callable[[], object]) -> bool:
+        """Run fn; an optional workload's server error marks the system unavailable (False)."""
+        try:
+            fn()
+            return True
+        except psycopg.Error as exc:
+            if not (workload.optional and exc.sqlstate):  # client-side: a bench bug
+                raise
+            cell.unavailable[system] = short_error(exc)
+            log(f"{label}: {system}: unavailable: {cell.unavailable[system]}")
+            return False
+
+    def run_cell(self, workload: Workload, clients: int, label: str,
+                 unavailable: dict[str, str]) -> Cell:
+        """`unavailable`: the systems that failed this workload at another client count (not
+        tried again); gains the ones that fail here."""
+        systems = self.systems_for(workload)
+        cell = Cell(workload.name, clients, unit=workload.unit, systems=systems,
+                    unavailable=dict(unavailable))
+        active = [s for s in systems if s not in cell.unavailable]
         seg_seconds = self.seconds / self.rounds
-        if workload.consumes:
-            rates = {side: self.warmup_rate(workload, side, clients) for side in (RAW, PGMQ)}
+        if workload.consumes and active:
+            rates: dict[str, float] = {}
+            for s in active:
+                def warm(s: str = s) -> None:
+                    rates[s] = self.warmup_rate(workload, self.systems[s], clients)
+                self._guard(cell, workload, s, label, warm)
             slack = (WARM_OPS + 20) * clients * workload.msgs_per_op
-            cell.prefill = min(PREFILL_MAX, slack + math.ceil(
-                PREFILL_MARGIN * max(rates.values()) * seg_seconds))
-            log(f"{label}: warm-up {rates[RAW]:,.0f} raw / {rates[PGMQ]:,.0f} pgmq msgs/s -> "
-                f"prefill {cell.prefill:,} messages per segment")
+            estimate = slack + math.ceil(PREFILL_MARGIN * max(rates.values(), default=0.0)
+                                         * seg_seconds)
+            cell.prefill = min(PREFILL_MAX, max(self.prefill, estimate))
+            log(f"{label}: warm-up " + " / ".join(f"{s} {r:,.0f}" for s, r in rates.items())
+                + f" msgs/s -> prefill {cell.prefill:,} messages per segment")
         for rnd in range(self.rounds):
-            order = (RAW, PGMQ) if rnd % 2 == 0 else (PGMQ, RAW)  # ABBA: cancels linear drift
-            for side in order:
-                prefill = cell.prefill
-                for attempt in range(3):
-                    log(f"{label}: round {rnd + 1}/{self.rounds} {side}"
-                        + (f" (prefill {prefill:,})" if prefill else ""))
-                    self.prepare(workload, side, prefill)
-                    t = Totals.of(
-                        self.clients.run(workload, side, clients, seg_seconds, stop_when_dry=False))
-                    if not (workload.consumes and t.dry_ops and attempt < 2 and prefill < PREFILL_MAX):
-                        break
-                    prefill = cell.prefill = min(PREFILL_MAX, prefill * 3)  # and from now on
-                    log(f"{label}:   ran dry after {t.msgs:,} messages; again with more")
-                cell.segments.append(Segment(
-                    side, rnd + 1, prefill, t.msgs, t.ops, t.dry_ops, round(t.elapsed, 4),
-                    round(t.msgs / t.elapsed, 1) if t.elapsed else 0.0, round(t.client_cpu, 3)))
+            for name in round_order(systems, rnd):
+                if name in cell.unavailable:
+                    continue
+                system = self.systems[name]
+                self._guard(cell, workload, name, label,
+                            lambda system=system, rnd=rnd: self._segment(cell, workload, system,
+                                                                         clients, rnd, label))
+        unavailable.update(cell.unavailable)
         return cell
+
+    def _segment(self, cell: Cell, workload: Workload, system: System, clients: int, rnd: int,
+                 label: str) -> None:
+        seg_seconds = self.seconds / self.rounds
+        prefill = cell.prefill
+        for attempt in range(3):
+            log(f"{label}: round {rnd + 1}/{self.rounds} {system.name}"
+                + (f" (prefill {prefill:,})" if prefill else ""))
+            self.prepare(workload, system, prefill)
+            run = self.clients.run(workload, system.api, system.dsn, clients, seg_seconds,
+                                   stop_when_dry=False, meter=self.meter)
+            t = Totals.of(run.clients)
+            if not (workload.consumes and t.dry_ops and attempt < 2 and prefill < PREFILL_MAX):
+                break
+            prefill = cell.prefill = min(PREFILL_MAX, prefill * 3)  # and from now on
+            log(f"{label}:   ran dry after {t.msgs:,} messages; again with more")
+        usage = run.usage
+        cell.segments.append(Segment(
+            system.name, rnd + 1, prefill, t.msgs, t.ops, t.dry_ops, round(t.elapsed, 4),
+            round(t.msgs / t.elapsed, 1) if t.elapsed else 0.0, round(t.client_cpu, 3),
+            None if usage is None or usage.cpu_us is None else round(usage.cpu_us, 1),
+            None if usage is None else usage.wal_bytes))
 
 
 # --- set-up and report ---------------------------------------------------------------------------
 
-def prepare_database(dsn: str) -> tuple[str, str]:
-    """(Re)create the bench database with pgmq in it; returns (its DSN, how pgmq got there)."""
+def _recreate(dsn: str, dbname: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    bench_dsn = conninfo.make_conninfo(dsn, dbname=BENCH_DB)
+        conn.execute(f"DROP DATABASE IF EXISTS {dbname}")
+        conn.execute(f"CREATE DATABASE {dbname}")
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+def prepare_database(dsn: str) -> tuple[str, str]:
+    """(Re)create the bench database with our pgmq in it; returns (its DSN, how pgmq got there)."""
+    bench_dsn = _recreate(dsn, BENCH_DB)
     with psycopg.connect(bench_dsn, autocommit=True) as conn:
         how = ensure_pgmq(conn)
         # The new database's catalogs (CREATE EXTENSION just wrote many rows): vacuumed now, so
         # autovacuum has no reason to visit them during the first cells.
         conn.execute("VACUUM ANALYZE")
     return bench_dsn, how
+
+
+def upstream_pgmq_sql() -> tuple[str, str]:
+    """(version, text) of upstream's pgmq.sql from the PyPI package pgmq (migrate.upstream_sql),
+    installing that package with pip first if it is missing (`make bench` has it: it is in the
+    test extra that `make deps` installs)."""
+    from ..migrate import MigrateError, upstream_sql
+
+    try:
+        return upstream_sql()
+    except MigrateError:
+        log(f"the PyPI package pgmq (upstream's Python client, which ships upstream's pgmq.sql) "
+            f"is missing: pip install '{UPSTREAM_PACKAGE}'")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", UPSTREAM_PACKAGE], check=True)
+        importlib.invalidate_caches()
+        return upstream_sql()
+
+
+def prepare_upstream_database(dsn: str) -> tuple[str, str]:
+    """(Re)create the upstream database with upstream PGMQ's SQL-only install (schema pgmq made
+    by its pgmq.sql, as pgmq-py's installer does); returns (its DSN, upstream's version)."""
+    version, text = upstream_pgmq_sql()
+    up_dsn = _recreate(dsn, UPSTREAM_DB)
+    with psycopg.connect(up_dsn, autocommit=True) as conn:
+        conn.execute(text)
+        conn.execute("VACUUM ANALYZE")
+    return up_dsn, version
 
 
 def maybe_install_files() -> str:
@@ -372,44 +490,24 @@ def maybe_install_files() -> str:
     return f"extension files copied to {dest}"
 
 
-def format_table(cells: list[Cell]) -> str:
-    head = ("workload", "clients", "pgmq msgs/s", "raw msgs/s", "ratio (pgmq/raw)")
-    rows: list[tuple[str, ...]] = []
-    for c in cells:
-        if c.unavailable:  # its reason spans the rate columns
-            rows.append((c.workload, str(c.clients), f"(unavailable: {c.unavailable})"))
-            continue
-        pg, raw = c.rate(PGMQ), c.rate(RAW)
-        mark = {side: " (dry!)" if c.dry(side) else "" for side in (PGMQ, RAW)}
-        rows.append((c.workload, str(c.clients), f"{pg:,.0f}{mark[PGMQ]}", f"{raw:,.0f}{mark[RAW]}",
-                     f"{pg / raw:.2f}" if raw else "-"))
-    widths = [max(len(r[i]) for r in [head, *rows] if len(r) == len(head) or i < 2)
-              for i in range(len(head))]
-    align = ["<", ">", ">", ">", ">"]
-
-    def line(r):
-        return " | ".join(f"{v:{a}{w}}" for v, a, w in zip(r, align, widths, strict=False))
-
-    return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, rows)])
-
-
-def short_error(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    msg = lines[0] if lines else type(exc).__name__
-    return msg if len(msg) <= 160 else msg[:157] + "..."
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dsn", help="use this server instead of a throwaway one (the database "
-                   f"{BENCH_DB} is created there, replacing any old one, and dropped at the end)")
+    p.add_argument("--dsn", help="use this server instead of a throwaway one (the databases "
+                   f"{BENCH_DB} and {UPSTREAM_DB} are created there, replacing any old ones, "
+                   "and dropped at the end)")
     p.add_argument("--seconds", type=float, default=3.0,
-                   help="measured seconds per side per cell (default 3)")
+                   help="measured seconds per system per cell (default 3)")
     p.add_argument("--rounds", type=int, default=2,
-                   help="alternating segments the seconds are split into (default 2: raw, pgmq, pgmq, raw)")
+                   help="alternating segments the seconds are split into (default 2: raw, "
+                   "upstream, ours, ours, upstream, raw)")
     p.add_argument("--clients", default="1,4", help="client counts, comma-separated (default 1,4)")
     p.add_argument("--only", help="comma-separated workload names; available: "
                    + ", ".join(w.name for w in WORKLOADS))
+    p.add_argument("--prefill", type=int, default=PREFILL,
+                   help="messages queued before every segment of a consuming workload, at least "
+                   f"(more if the warm-up says a segment could consume more; default {PREFILL})")
+    p.add_argument("--no-upstream", action="store_true",
+                   help="measure raw and ours only (no upstream PGMQ database)")
     p.add_argument("--mode", choices=("thread", "process"), default="thread",
                    help="how clients run: threads (default) or processes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -424,6 +522,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--clients needs at least one positive integer")
     if args.seconds <= 0 or args.rounds < 1:
         p.error("--seconds must be positive and --rounds at least 1")
+    if args.prefill < 0:
+        p.error("--prefill must not be negative")
     names = [n.strip() for n in (args.only or "").split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
@@ -433,45 +533,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _fmt(v: float | None, fmt: str) -> str:
+    return "?" if v is None else format(v, fmt)
+
+
 def run(args: argparse.Namespace, dsn: str, server: str) -> int:
     t0 = time.monotonic()
     bench_dsn, how = prepare_database(dsn)
-    log(f"pgmq in {BENCH_DB}: {how}")
-    clients_impl = (ProcessClients if args.mode == "process" else ThreadClients)(
-        bench_dsn, max(args.clients))
+    log(f"ours in {BENCH_DB}: {how}")
+    systems = {RAW: System(RAW, RAW_API, bench_dsn)}
+    upstream_version = None
+    if not args.no_upstream:
+        up_dsn, upstream_version = prepare_upstream_database(dsn)
+        log(f"upstream in {UPSTREAM_DB}: PGMQ {upstream_version}, SQL-only install from the "
+            "PyPI package pgmq's pgmq.sql")
+        systems[UPSTREAM] = System(UPSTREAM, PGMQ, up_dsn)
+    systems[OURS] = System(OURS, PGMQ, bench_dsn)
+    clients_impl = (ProcessClients if args.mode == "process" else ThreadClients)(max(args.clients))
     cells: list[Cell] = []
+    conns: list[psycopg.Connection] = []
     try:
-        with psycopg.connect(bench_dsn, autocommit=True) as admin:
-            version = admin.execute("SHOW server_version").fetchone()[0]
-            ext = admin.execute(
-                "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
-            bench = Bench(admin, clients_impl, args.seconds, args.rounds)
-            total = len(args.workloads) * len(args.clients)
-            for w in args.workloads:
-                unavailable = None
-                for n in args.clients:
-                    label = f"[{len(cells) + 1}/{total}] {w.name} x{n}"
-                    if unavailable is None:
-                        try:
-                            c = bench.run_cell(w, n, label)
-                        except psycopg.Error as exc:
-                            if not (w.optional and exc.sqlstate):  # client-side: a bench bug
-                                raise
-                            unavailable = short_error(exc)
-                    if unavailable is not None:  # the other client counts: not tried again
-                        c = Cell(w.name, n, unavailable=unavailable)
-                        log(f"{label}: unavailable: {unavailable}")
-                    else:
-                        log(f"{label}: pgmq {c.rate(PGMQ):,.0f} / raw {c.rate(RAW):,.0f} msgs/s "
-                            f"(client CPU up to {c.client_cpu():.2f} cores)")
-                    cells.append(c)
-                if w.teardown:
+        admin = psycopg.connect(bench_dsn, autocommit=True)
+        conns.append(admin)
+        admins = {RAW: admin, OURS: admin}
+        if UPSTREAM in systems:
+            admins[UPSTREAM] = psycopg.connect(systems[UPSTREAM].dsn, autocommit=True)
+            conns.append(admins[UPSTREAM])
+        meter_conn = psycopg.connect(bench_dsn, autocommit=True)
+        conns.append(meter_conn)
+        meter = Meter(meter_conn)
+        if not meter.cpu:
+            log("server CPU: not measurable (the server's processes are not visible in this "
+                "machine's /proc): those columns read '?'")
+        settings = {k: admin.execute(f"SHOW {k}").fetchone()[0]
+                    for k in ("server_version", "synchronous_commit", "fsync", "full_page_writes")}
+        ext = admin.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
+        bench = Bench(systems, admins, meter, clients_impl, args.seconds, args.rounds, args.prefill)
+        total = len(args.workloads) * len(args.clients)
+        for w in args.workloads:
+            unavailable: dict[str, str] = {}
+            for n in args.clients:
+                label = f"[{len(cells) + 1}/{total}] {w.name} x{n}"
+                c = bench.run_cell(w, n, label, unavailable)
+                log(f"{label}: " + " / ".join(
+                    f"{s} {_fmt(c.rate(s), ',.0f')} {w.unit}/s, {_fmt(c.cpu_us_per_msg(s), '.1f')} µs"
+                    for s in c.systems if c.measured(s))
+                    + f" (server CPU per {w.unit[:-1]}; client CPU up to {c.client_cpu():.2f} cores)")
+                cells.append(c)
+            if w.teardown:
+                for s in bench.systems_for(w):
+                    if s == RAW:  # its tables are in ours' database: ours' teardown drops them
+                        continue
                     try:
-                        w.teardown(admin)
+                        w.teardown(admins[s])
                     except psycopg.Error as exc:
                         if not (w.optional and exc.sqlstate):
                             raise
-                        log(f"{w.name}: teardown failed: {short_error(exc)}")
+                        log(f"{w.name}: teardown on {s} failed: {short_error(exc)}")
         spark_results = []
         if args.spark_rows:  # Spark publish and consume throughput (needs the spark extra and Java)
             try:
@@ -482,59 +600,86 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
                 spark_results = spark_bench(bench_dsn, rows=args.spark_rows, log=log)
     finally:
         clients_impl.close()
+        for conn in conns:
+            conn.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # leave nothing behind on a --dsn server
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+        for db in (BENCH_DB, UPSTREAM_DB):
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")
     wall = time.monotonic() - t0
 
-    header = (f"pgmq benchmark | PostgreSQL {version}, {server} | "
-              f"pgmq {ext[0] if ext else '(standalone script)'} | "
-              f"{args.seconds:g} s per side per cell, in {args.rounds} alternating segment(s) | "
+    ours_version = ext[0] if ext else None
+    shown = tuple(s for s in SYSTEMS if s in systems)
+    header = (f"pgmq benchmark | PostgreSQL {settings['server_version']}, {server}, "
+              f"synchronous_commit={settings['synchronous_commit']}, fsync={settings['fsync']}, "
+              f"full_page_writes={settings['full_page_writes']} | "
+              f"ours: pgmq {ours_version or '(standalone script)'}"
+              + (f" | upstream: PGMQ {upstream_version} (pgmq.sql from PyPI pgmq)"
+                 if upstream_version else "")
+              + f" | {args.seconds:g} s per system per cell, in {args.rounds} alternating "
+              f"segment(s) | consumers start from >= {args.prefill:,} queued messages | "
               f"1 {args.mode} + 1 autocommit connection per client, psycopg {psycopg.__version__} "
-              f"auto-prepare on both sides | {os.cpu_count()} CPUs")
+              f"auto-prepare for all | {os.cpu_count()} CPUs")
     print(header)
     print()
-    print(format_table(cells))
+    print(format_table(cells, shown))
+    print()
+    print("server CPU µs/msg = utime+stime of the clients' backends / messages (the primary "
+          "metric: clients and server share the cores); CPU ratio = ours / the other system's "
+          "CPU per message (> 1: ours costs more); WAL bytes/msg = WAL written during the "
+          "segments / messages; msgs/s = messages handled by all clients / wall time. "
+          "– = the system lacks the workload's functions; n/a = it failed there (below); "
+          "? = not measurable here; ! = the queue ran empty in some segment: that rate is low.")
+    units = sorted({c.workload for c in cells if c.unit != "msgs"})
+    for name in units:
+        unit = BY_NAME[name].unit
+        print(f"{name}: one {unit[:-1]} per message: its msgs/s are {unit}/s and its CPU and WAL "
+              f"are per {unit[:-1]}.")
+    failures = {(c.workload, s): why for c in cells for s, why in c.unavailable.items()}
+    for (name, s), why in failures.items():
+        print(f"n/a: {name} on {s}: {why}")
     print()
     if spark_results:
-        print("Spark connector on local[2] (rows/s, no baseline: the COPY path is the server's own rate):")
+        print("Spark connector on local[2], ours only (rows/s, no baseline: the COPY path is the "
+              "server's own rate):")
         for r in spark_results:
             print(f"  {r.name:<30} {r.rows_per_s:>10,.0f} rows/s  ({r.rows:,} rows, {r.seconds:.2f} s)  "
                   f"{r.description}")
         print()
-    print("msgs/s = messages handled by all clients / wall time; ratio < 1: pgmq is slower "
-          "than the plain-SQL baseline. Workloads (pgmq | raw):")
+    print("Workloads (pgmq.* calls, on upstream and ours | raw):")
     width = max(len(w.name) for w in args.workloads)
     for w in args.workloads:
-        print(f"  {w.name:<{width}}  {w.description}")
-    if any(c.unavailable for c in cells):
-        print("(unavailable) = the workload failed on this build (its pgmq feature missing or "
-              "broken); not measured")
-    if any(c.dry(PGMQ) or c.dry(RAW) for c in cells):
-        print("(dry!) = the queue ran empty in some segment despite the prefill: that rate is low")
+        print(f"  {w.name:<{width}}  {w.description}"
+              + ("" if w.upstream or UPSTREAM not in systems else "  (not in upstream)"))
     log(f"done in {wall:.0f} s")
     if args.json:
         out = {
-            "postgres_version": version,
-            "pgmq_version": ext[0] if ext else None,
+            "postgres_version": settings["server_version"],
+            "settings": settings,
+            "pgmq_version": ours_version,
+            "upstream_version": upstream_version,
+            "systems": {
+                RAW: f"plain SQL on a table laid out like a queue table, in {BENCH_DB}",
+                **({UPSTREAM: f"upstream PGMQ {upstream_version}: pgmq.sql from the PyPI "
+                              f"package pgmq, SQL-only install in {UPSTREAM_DB}"}
+                   if upstream_version else {}),
+                OURS: f"pgmq {ours_version or '(standalone script)'} in {BENCH_DB}: {how}",
+            },
             "server": server,
-            "seconds_per_side": args.seconds,
+            "seconds_per_system": args.seconds,
             "rounds": args.rounds,
+            "prefill": args.prefill,
             "mode": args.mode,
             "cpus": os.cpu_count(),
+            "server_cpu_measured": meter.cpu,
             "wall_seconds": round(wall, 1),
-            "workloads": {w.name: {"description": w.description, "msgs_per_op": w.msgs_per_op}
+            "workloads": {w.name: {"description": w.description, "msgs_per_op": w.msgs_per_op,
+                                   "unit": w.unit, "upstream": w.upstream}
                           for w in args.workloads},
-            "results": [
-                {"workload": c.workload, "clients": c.clients,
-                 "pgmq_msgs_per_s": None if c.unavailable else round(c.rate(PGMQ), 1),
-                 "raw_msgs_per_s": None if c.unavailable else round(c.rate(RAW), 1),
-                 "ratio": round(c.rate(PGMQ) / c.rate(RAW), 4) if c.rate(RAW) else None,
-                 "prefill": c.prefill, "segments": [asdict(s) for s in c.segments],
-                 "unavailable": c.unavailable}
-                for c in cells
-            ],
+            "results": [c.as_dict() for c in cells],
+            "spark": [r.as_dict() for r in spark_results],
         }
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        with open(args.json, "w") as fh:
+            fh.write(json.dumps(out, indent=2) + "\n")
         log(f"wrote {args.json}")
     return 0
 
@@ -546,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     log(maybe_install_files())
     log("starting a throwaway PostgreSQL server ...")
     with TempCluster(settings=dict(CLUSTER_SETTINGS)) as cluster:
-        return run(args, cluster.dsn(), "throwaway local server (fsync=off)")
+        return run(args, cluster.dsn(), "throwaway local server")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The benchmark workloads: each is one entry in WORKLOADS, measured against a plain-SQL baseline.
+"""The benchmark workloads: each is one entry in WORKLOADS, measured on three systems: a plain-SQL
+baseline ("raw"), upstream PGMQ and ours (see run.py).
 
 A workload is data plus small functions, so later ones (FIFO, topics, the worker, Spark) are one
 more entry each:
@@ -9,6 +10,11 @@ more entry each:
   the runner sizes it from a short warm-up and fills it with ``fill(conn, side, n)``;
 - ``pgmq_op(cur)`` / ``raw_op(cur)`` do one operation on a client's cursor and return how many
   messages it handled (0 means the queue was empty: the runner counts those as "dry" ops);
+  ``pgmq_op`` (and ``reset``/``fill`` with side PGMQ) run unchanged on upstream PGMQ's database
+  and on ours: the same pgmq.* calls, each system's own functions;
+- ``upstream`` is False for a workload upstream PGMQ 1.13 lacks the functions for (exchanges,
+  the worker's dispatch): it is measured on raw and ours only;
+- ``unit`` names what one counted message is in the report (the worker row counts callbacks);
 - ``msgs_per_op`` is the nominal batch size (1, 100, ...), used for sizing and the report;
 - ``teardown(conn)`` (optional) drops what a workload made beyond the shared queue and table;
 - ``optional`` marks a workload whose pgmq feature may be missing from the build under test: if
@@ -385,6 +391,8 @@ class Workload:
     fill: Callable[[psycopg.Connection, str, int], None] = fill_queue
     teardown: Callable[[psycopg.Connection], None] | None = None  # after the cell, untimed
     optional: bool = False  # a failure is reported as "(unavailable: ...)", not raised
+    upstream: bool = True  # upstream PGMQ 1.13 has the functions pgmq_op, reset and fill call
+    unit: str = "msgs"  # what msgs_per_op and the rates count
 
     def op(self, side: str) -> Op:
         return self.pgmq_op if side == PGMQ else self.raw_op
@@ -413,7 +421,7 @@ WORKLOADS: list[Workload] = [
              "pgmq._dispatch_one(q): a pgmq-build worker's per-message transaction, no-op callback | "
              "DELETE ... LIMIT 1 SKIP LOCKED",
              1, pgmq_dispatch_one, raw_consume_one, consumes=True, reset=reset_dispatch_queue,
-             optional=True),
+             optional=True, upstream=False, unit="callbacks"),
     Workload("send_topic",
              f"pgmq.send_topic('{TOPIC_KEY}', m), 4 bindings, {TOPIC_COPIES} match | "
              f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",
@@ -423,7 +431,7 @@ WORKLOADS: list[Workload] = [
                f"pgmq.publish to a {kind} exchange, 4 bindings, {TOPIC_COPIES} match | "
                f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",
                TOPIC_COPIES, _pgmq_publish(kind), raw_send_topic, reset=_reset_exchange(kind),
-               teardown=teardown_exchange, optional=True)
+               teardown=teardown_exchange, optional=True, upstream=False)
       for kind in EXCHANGE_CELLS),
 ]
 
