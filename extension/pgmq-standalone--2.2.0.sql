@@ -2013,6 +2013,7 @@ DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_policy pgmq.queue_settings;
     v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    v_judged boolean;
     v_done   bigint[] := '{}';
     v_id     bigint;
     v_row    record;
@@ -2024,46 +2025,74 @@ BEGIN
             MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
                              array_to_string(kinds, ' or '));
     END IF;
+    -- rows are judged by the delivery rules when the queue or its messages have retry rules
+    v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
     LOOP
-        -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
-        EXECUTE format(
-            $q$SELECT c.msg_id
-               FROM (
-                   SELECT msg_id
+        IF NOT v_judged THEN
+            -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          NULL::text AS failed,
+                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $6))
+                                   < clock_timestamp(), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
-                     AND ($1::bigint IS NULL OR msg_id = $1)
-                     AND msg_id <> ALL ($2)
-                     AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
-                              'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
-                     AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
-                     AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
-                     AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                         AND ($1::bigint IS NULL OR msg_id = $1)
+                         AND msg_id <> ALL ($2)
+                         AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                  'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                         AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                         AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
                    ORDER BY priority, msg_id
-                   LIMIT 2 * 1 + 32
-               ) c
-               WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
-               LIMIT 1$q$, v_qtable)
-        INTO v_id
-        USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
-        IF v_id IS NULL THEN
-            RETURN NULL;
+                   LIMIT 1
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+            INTO v_row
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, v_policy.message_ttl;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSE
+            -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+            EXECUTE format(
+                $q$SELECT c.msg_id
+                   FROM (
+                       SELECT msg_id
+                       FROM pgmq.%I
+                       WHERE vt <= clock_timestamp()
+                             AND ($1::bigint IS NULL OR msg_id = $1)
+                             AND msg_id <> ALL ($2)
+                             AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                      'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                             AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                             AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                         AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                       ORDER BY priority, msg_id
+                       LIMIT 2 * 1 + 32
+                   ) c
+                   WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+                   LIMIT 1$q$, v_qtable)
+            INTO v_id
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+            IF v_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_id;
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                                   < clock_timestamp(), false) AS expired
+                   FROM pgmq.%I
+                   WHERE msg_id = $1
+                     AND vt <= clock_timestamp()
+                     AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+            INTO v_row
+            USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
         END IF;
-        v_done := v_done || v_id;
-        EXECUTE format(
-            $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
-                      CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                           WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                           WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                      coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                               < clock_timestamp(), false) AS expired
-               FROM pgmq.%I
-               WHERE msg_id = $1
-                 AND vt <= clock_timestamp()
-                 AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
-               FOR UPDATE SKIP LOCKED$q$, v_qtable)
-        INTO v_row
-        USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
         CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
 
         IF v_row.expired THEN
