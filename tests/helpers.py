@@ -7,6 +7,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 import psycopg
@@ -110,3 +111,41 @@ def run_cli(*args: str):
     from pgmq_build import cli
 
     return CliRunner().invoke(cli.main, list(args))
+
+
+# -- fault tests (test_crash, test_delivery_stress) ---------------------------------------------
+
+def terminate_clients(dsn: str) -> int:
+    """pg_terminate_backend every other client backend of the database; how many there were."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        return admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'").fetchone()[0]
+
+
+def wait_until_empty(conn: psycopg.Connection, queue: str, seconds: float) -> None:
+    """Poll until the queue table is empty or the time is up (the caller checks which)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if scalar(conn, f"SELECT count(*) FROM pgmq.q_{queue}") == 0:
+            return
+        time.sleep(0.2)
+
+
+def message_places(conn: psycopg.Connection, queue: str, dead: str) -> tuple[Counter, dict[str, list[int]]]:
+    """Where each message {"n": ...} is: the consumers' `consumed` table (a Counter of n), and
+    the queue, its archive and the dead-letter queue."""
+    consumed = Counter(n for (n,) in conn.execute("SELECT n FROM consumed"))
+    places = {name: [int(m["n"]) for (m,) in conn.execute(f"SELECT message FROM pgmq.{table}")]
+              for name, table in (("queue", f"q_{queue}"), ("archive", f"a_{queue}"),
+                                  ("dead letters", f"q_{dead}"))}
+    return consumed, places
+
+
+def lost_and_twice(n: int, consumed: Counter, places: dict[str, list[int]]) -> tuple[list[int], list[int]]:
+    """Messages 1..n found nowhere, and those found in more than one place (or consumed twice)."""
+    where = Counter(consumed)
+    for ns in places.values():
+        where.update(ns)
+    return [i for i in range(1, n + 1) if where[i] == 0], sorted(i for i, k in where.items() if k > 1)

@@ -9,13 +9,18 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import Counter
 
 import psycopg
 import pytest
 
 from pgmq_build.cluster import TempCluster
-from tests.helpers import send_n
+from tests.helpers import (
+    lost_and_twice,
+    message_places,
+    send_n,
+    terminate_clients,
+    wait_until_empty,
+)
 
 N = 400
 
@@ -56,34 +61,16 @@ def test_crash_loses_nothing_and_delivers_nothing_twice(capsys):
         for t in threads:
             t.start()
         time.sleep(0.7)
-        with psycopg.connect(dsn, autocommit=True) as admin:  # kill the consumers mid-transaction
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend'").fetchone()[0]
+        killed = terminate_clients(dsn)  # kill the consumers mid-transaction
         time.sleep(0.5)
         cluster.crash_restart()  # pg_ctl stop -m immediate with reads in flight
-        deadline = time.monotonic() + 60
         with psycopg.connect(dsn, autocommit=True) as admin:
-            while time.monotonic() < deadline:
-                left = admin.execute("SELECT count(*) FROM pgmq.q_work").fetchone()[0]
-                if left == 0:
-                    break
-                time.sleep(0.2)
+            wait_until_empty(admin, "work", 60)
             stop.set()
             for t in threads:
                 t.join(timeout=10)
-            consumed = Counter(n for (n,) in admin.execute("SELECT n FROM consumed"))
-            places = {
-                "queue": [m["n"] for (m,) in admin.execute("SELECT message FROM pgmq.q_work")],
-                "archive": [m["n"] for (m,) in admin.execute("SELECT message FROM pgmq.a_work")],
-                "dead letters": [m["n"] for (m,) in admin.execute("SELECT message FROM pgmq.q_dead")],
-            }
-        where = Counter(consumed)
-        for ns in places.values():
-            where.update(ns)
-        lost = [n for n in range(1, N + 1) if where[n] == 0]
-        twice = [n for n, k in where.items() if k > 1]
+            consumed, places = message_places(admin, "work", "dead")
+        lost, twice = lost_and_twice(N, consumed, places)
         with capsys.disabled():
             print(f"\ncrash test: {N} messages, {killed} backends killed, server crashed once: "
                   f"consumed {sum(consumed.values())}, in queue {len(places['queue'])}, "

@@ -18,7 +18,13 @@ import psycopg
 import pytest
 
 from pgmq_build.cluster import TempCluster
-from tests.helpers import send_n
+from tests.helpers import (
+    lost_and_twice,
+    message_places,
+    send_n,
+    terminate_clients,
+    wait_until_empty,
+)
 
 N = 150
 MAX_RETRIES = 2
@@ -126,36 +132,19 @@ def test_mixed_consumers_count_every_failure_once(capsys):
         for t in threads:
             t.start()
         time.sleep(1.0)
-        with psycopg.connect(dsn, autocommit=True) as admin:  # kill consumers mid-transaction
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend'").fetchone()[0]
+        killed = terminate_clients(dsn)  # kill consumers mid-transaction
         time.sleep(1.0)
         cluster.crash_restart()  # immediate stop with deliveries in flight
-        deadline = time.monotonic() + 90
         with psycopg.connect(dsn, autocommit=True) as admin:
-            while time.monotonic() < deadline:
-                if admin.execute("SELECT count(*) FROM pgmq.q_work").fetchone()[0] == 0:
-                    break
-                time.sleep(0.2)
+            wait_until_empty(admin, "work", 90)
             stop.set()
             for t in threads:
                 t.join(timeout=10)
-            consumed = Counter(n for (n,) in admin.execute("SELECT n FROM consumed"))
-            places = {
-                "queue": [int(m["n"]) for (m,) in admin.execute("SELECT message FROM pgmq.q_work")],
-                "archive": [int(m["n"]) for (m,) in admin.execute("SELECT message FROM pgmq.a_work")],
-                "dead letters": [int(m["n"]) for (m,) in admin.execute("SELECT message FROM pgmq.q_dead")],
-            }
+            consumed, places = message_places(admin, "work", "dead")
             delivered = dict(DELIVERED)
             attempts = [r for (r,) in admin.execute(
                 "SELECT (headers->'x-pgmq-dead-letter'->>'attempts')::int FROM pgmq.q_dead")]
-        where = Counter(consumed)
-        for ns in places.values():
-            where.update(ns)
-        lost = [n for n in range(1, N + 1) if where[n] == 0]
-        twice = sorted(n for n, k in where.items() if k > 1)
+        lost, twice = lost_and_twice(N, consumed, places)
         too_often = {n: k for n, k in delivered.items() if k > 1 + MAX_RETRIES}
         with capsys.disabled():
             print(f"\ndelivery stress: {N} messages, {killed} backends killed, server crashed once: "
