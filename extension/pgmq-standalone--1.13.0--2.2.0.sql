@@ -2208,7 +2208,7 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_policy pgmq.queue_settings;
-    v_rel    bigint := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    v_rel    bigint;  -- the table's oid, the claims' key (judged queues only)
     v_judged boolean;
     v_done   bigint[] := '{}';
     v_id     bigint;
@@ -2223,6 +2223,9 @@ BEGIN
     END IF;
     -- rows are judged by the delivery rules when the queue or its messages have retry rules
     v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
+    IF v_judged THEN
+        v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    END IF;
     LOOP
         IF NOT v_judged THEN
             -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
