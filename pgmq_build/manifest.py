@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.2.0"
+VERSION = "2.3.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -101,6 +101,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.1.0.sql": "c37af858a79fb8412534eea585f60f0236d29bf7f5ed244a3650871cce18f9f4",
         "pgmq-standalone--1.13.0--2.1.0.sql": "0ba6f13e9a438d8ea9c6805f8b05d9607816fa7ffc6cd0d539b3f9f25f8094e9",
         "pgmq-standalone--1.13.1--2.1.0.sql": "6b13bda3c38a577bdeedefc03ed04eb8015c742c6055731ff3f1f34f0e684800",
+    }),
+    Release("2.2.0", {
+        "pgmq--2.2.0.sql": "af05c1155f3482c8f7266b09fb758f3e83db5cf5193aa47d69034f6664144439",
+        "pgmq-standalone--2.2.0.sql": "300ac654754a220acc49e31570ed029786a68184644d3d8eaf335718661f77d9",
+        "pgmq--2.1.0--2.2.0.sql": "a317699cf267f751097a0789f7ca2d62a03fdee55d8ecde49235aff2f63458a9",
+        "pgmq-standalone--2.1.0--2.2.0.sql": "1ac182d443dca615b46656d72dbddaafb0492297c8eab01b79d3087140bbec94",
+        "pgmq--1.13.0--2.2.0.sql": "2e9317d13638e13675e2ad842d2f8b9191ea9f7695405632f58bf6799958e480",
+        "pgmq--1.13.1--2.2.0.sql": "5c3c466da487432a64b36d3d3a9171cc512aa0c7fd402afb0c2ad98737e5c0da",
+        "pgmq-standalone--1.13.0--2.2.0.sql": "2816c42cb3ab41d2f767a4a890f00debe334e57e2eaf8fef87ccec94ee006e21",
+        "pgmq-standalone--1.13.1--2.2.0.sql": "75b8bf4841ae478e20004f490e44b61e3dae211841caa5445d6b0b82913eb734",
     }),
 )
 
