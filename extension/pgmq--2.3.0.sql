@@ -661,9 +661,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
     IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
@@ -672,10 +671,7 @@ BEGIN
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
-    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
-RETURNING msg_id$q$, v_qtable)
-    USING delay, msg, headers;
+    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
@@ -775,9 +771,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
     IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
         PERFORM pgmq._note_message_limits(queue_name);
     END IF;
@@ -789,17 +784,7 @@ BEGIN
         ORDER BY t.ord;
         RETURN;
     END IF;
-    RETURN QUERY EXECUTE format(
-        $q$WITH ins AS (
-            INSERT INTO pgmq.%I (vt, message, headers, priority)
-            SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
-            FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-            ORDER BY t.ord
-            RETURNING msg_id
-        )
-        SELECT msg_id FROM ins ORDER BY msg_id$q$,
-        v_qtable)
-    USING delay, msgs, headers;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
 END;
 $fn$;
 
@@ -919,83 +904,14 @@ BEGIN
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
     FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
-        RETURN QUERY EXECUTE format($q$WITH picked AS (
-            SELECT msg_id
-            FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-            ORDER BY priority, msg_id
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED
-        ), done AS (
-            UPDATE pgmq.%1$I q
-            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
-            FROM picked
-            WHERE q.msg_id = picked.msg_id
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
-        )
-        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
-        FROM done d
-        ORDER BY d.priority, d.msg_id
-$q$, v_qtable)
-        USING qty, make_interval(secs => vt), conditional, clock_timestamp();
+        RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
-            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
-            SELECT c.msg_id
-            FROM (
-                SELECT msg_id
-                FROM pgmq.%1$I
-                WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
-                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
-                ORDER BY priority, msg_id
-                LIMIT 2 * $1 + 32
-            ) c
-            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
-            LIMIT $1
-        ), picked AS (
-            -- then each claimed row is judged and locked
-            SELECT msg_id, priority, read_ct, headers,
-                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                            < clock_timestamp(), false) AS expired
-            FROM pgmq.%1$I
-            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
-              AND vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
-            FOR UPDATE SKIP LOCKED
-        ), judged AS (
-            SELECT p.msg_id, p.failed, j.attempts,
-                   CASE WHEN p.expired THEN 'ttl'
-                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                                  $9, $10)) AS back_at
-            FROM picked p
-            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
-        ), settled AS (
-            UPDATE pgmq.%1$I q
-            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
-            FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
-        ), done AS (
-            UPDATE pgmq.%1$I q
-            SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
-            FROM judged picked
-            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
-        )
-        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
-        FROM done d
-        UNION ALL
-        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
-        FROM judged j
-        WHERE j.reason IS NOT NULL
-        ORDER BY 9, 1
-$q$, v_qtable)
-        USING qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-              format('pgmq.%I', v_qtable)::regclass::oid::bigint
+    FOR v_r IN SELECT * FROM pgmq._static_read_judged(
+                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
+                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -1071,81 +987,14 @@ BEGIN
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
     FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
-        RETURN QUERY EXECUTE format($q$WITH picked AS (
-            SELECT msg_id
-            FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp()
-            ORDER BY priority, msg_id
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED
-        ), done AS (
-            DELETE FROM pgmq.%1$I q
-            USING picked
-            WHERE q.msg_id = picked.msg_id
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
-        )
-        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
-        FROM done d
-        ORDER BY d.priority, d.msg_id
-$q$, v_qtable)
-        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz;
+        RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
         RETURN;
     END IF;
-    FOR v_r IN EXECUTE format($q$WITH claimed AS MATERIALIZED (
-            -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
-            SELECT c.msg_id
-            FROM (
-                SELECT msg_id
-                FROM pgmq.%1$I
-                WHERE vt <= clock_timestamp()
-                  AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
-                ORDER BY priority, msg_id
-                LIMIT 2 * $1 + 32
-            ) c
-            WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
-            LIMIT $1
-        ), picked AS (
-            -- then each claimed row is judged and locked
-            SELECT msg_id, priority, read_ct, headers,
-                   CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                        WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                        WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                   coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                            < clock_timestamp(), false) AS expired
-            FROM pgmq.%1$I
-            WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
-              AND vt <= clock_timestamp()
-              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
-            FOR UPDATE SKIP LOCKED
-        ), judged AS (
-            SELECT p.msg_id, p.failed, j.attempts,
-                   CASE WHEN p.expired THEN 'ttl'
-                        WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-                   clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                                  $9, $10)) AS back_at
-            FROM picked p
-            CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
-        ), settled AS (
-            UPDATE pgmq.%1$I q
-            SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
-            FROM judged j
-            WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
-        ), done AS (
-            DELETE FROM pgmq.%1$I q
-            USING judged picked
-            WHERE q.msg_id = picked.msg_id AND picked.failed IS NULL AND picked.reason IS NULL
-            RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
-        )
-        SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
-        FROM done d
-        UNION ALL
-        SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
-        FROM judged j
-        WHERE j.reason IS NOT NULL
-        ORDER BY 9, 1
-$q$, v_qtable)
-        USING qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-              format('pgmq.%I', v_qtable)::regclass::oid::bigint
+    FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
+                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
+                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
         IF v_r.reason IS NULL THEN
             -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -1174,10 +1023,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY EXECUTE format(
-        $q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
-    USING msg_ids;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT * FROM pgmq._static_delete(msg_ids, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.delete(queue_name text, msg_ids bigint[]) IS 'Delete messages; returns the ids deleted.';
@@ -1189,14 +1036,9 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_count bigint;
 BEGIN
-    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$,
-                   pgmq.format_table_name(queue_name, 'q'))
-    USING msg_id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count > 0;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN pgmq._static_delete_one(msg_id, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.delete(queue_name text, msg_id bigint) IS 'Delete one message; true if it existed.';
@@ -1209,17 +1051,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY EXECUTE format(
-        $q$WITH moved AS (
-            DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
-            RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-        )
-        INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
-        SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
-        RETURNING msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'),
-        pgmq.format_table_name(queue_name, 'a'))
-    USING msg_ids;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT * FROM pgmq._static_archive(msg_ids, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.archive(queue_name text, msg_ids bigint[]) IS 'Move messages to the archive; returns the ids moved.';
@@ -1248,14 +1081,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY EXECUTE format(
-        $q$WITH moved AS (
-            UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
-            RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-        )
-        SELECT * FROM moved ORDER BY msg_id$q$,
-        pgmq.format_table_name(queue_name, 'q'))
-    USING msg_ids, vt;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT * FROM pgmq._static_set_vt(msg_ids, vt, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone) IS 'Set the visibility time of messages.';
@@ -1301,6 +1128,1086 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_id bigint, vt integer) IS 'Overload of set_vt(); see its main form.';
+
+-- features/core/functions/static_paths.sql.j2
+-- _static_send: the send statement of each known queue.
+CREATE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$fn$;
+
+
+-- _static_send_batch: the send_batch statement of each known queue.
+CREATE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH ins AS (
+        INSERT INTO pgmq.%I (vt, message, headers, priority)
+        SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+        FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord
+        RETURNING msg_id
+    )
+    SELECT msg_id FROM ins ORDER BY msg_id$q$, pgmq._format_table_name($4, 'q'))
+    USING $1, $2, $3;
+
+END;
+$fn$;
+
+
+-- _static_read: the read statement of each known queue.
+CREATE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+
+-- _static_read_judged: the read_judged statement of each known queue.
+CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($12);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($12, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+
+END;
+$fn$;
+
+
+-- _static_pop: the pop statement of each known queue.
+CREATE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+
+-- _static_pop_judged: the pop_judged statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($12);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($12, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+
+END;
+$fn$;
+
+
+-- _static_delete: the delete statement of each known queue.
+CREATE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'))
+    USING $1;
+
+END;
+$fn$;
+
+
+-- _static_delete_one: the delete_one statement of each known queue.
+CREATE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$fn$;
+
+
+-- _static_archive: the archive statement of each known queue.
+CREATE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'), pgmq._format_table_name($2, 'a'))
+    USING $1;
+
+END;
+$fn$;
+
+
+-- _static_set_vt: the set_vt statement of each known queue.
+CREATE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+
+-- _static_path_tree: IFs that lead `key` (an expression) to the branch of its name: a binary
+-- search over names (sorted, COLLATE "C"), then equality tests among at most four.
+CREATE FUNCTION pgmq._static_path_tree(names text[], branches text[], key text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_n   integer := coalesce(cardinality(names), 0);
+    v_mid integer := v_n / 2 + 1;
+BEGIN
+    IF v_n <= 4 THEN
+        RETURN coalesce((SELECT string_agg(format(E'IF %s = %L THEN\n%s\nEND IF;', key, t.name, t.branch), E'\n' ORDER BY t.o)
+                         FROM unnest(names, branches) WITH ORDINALITY AS t(name, branch, o)), '');
+    END IF;
+    RETURN format(E'IF %s < %L COLLATE "C" THEN\n%s\nELSE\n%s\nEND IF;', key, names[v_mid],
+                  pgmq._static_path_tree(names[1:v_mid - 1], branches[1:v_mid - 1], key),
+                  pgmq._static_path_tree(names[v_mid:], branches[v_mid:], key));
+END;
+$fn$;
+
+-- _rebuild_static_paths: rewrites every static path for the queues of pgmq.meta (the first
+-- 100 by name). With a queue name (a path met a name it lacks), only when that
+-- queue exists. Never waits: when another transaction is rebuilding, that one's result stands and
+-- a queue it missed heals on its next call. SECURITY DEFINER: the paths are the extension
+-- owner's; what it writes depends on pgmq.meta alone, so anyone may ask.
+CREATE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names text[];
+    v_sql   text;
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH ins AS (
+        INSERT INTO pgmq.%I (vt, message, headers, priority)
+        SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+        FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord
+        RETURNING msg_id
+    )
+    SELECT msg_id FROM ins ORDER BY msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH ins AS (
+    INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
+    ORDER BY t.ord
+    RETURNING msg_id
+)
+SELECT msg_id FROM ins ORDER BY msg_id;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($12);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($12, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+FROM judged j
+WHERE j.reason IS NOT NULL
+ORDER BY 9, 1
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$12')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($12);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($12, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+FROM judged j
+WHERE j.reason IS NOT NULL
+ORDER BY 9, 1
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$12')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+RETURN FOUND;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+RETURNING msg_id;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+SELECT * FROM moved ORDER BY msg_id;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+
+-- _queues_changed: pgmq.meta gained or lost rows (a queue was made or dropped, or restored by
+-- pg_restore): the static paths follow.
+CREATE FUNCTION pgmq._queues_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM changed) THEN
+        PERFORM pgmq._rebuild_static_paths();
+    END IF;
+    RETURN NULL;
+END;
+$fn$;
+
+CREATE TRIGGER queues_added AFTER INSERT ON pgmq.meta
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._queues_changed();
+CREATE TRIGGER queues_removed AFTER DELETE ON pgmq.meta
+    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._queues_changed();
 
 -- features/core/functions/metrics.sql.j2
 -- metrics: one scan of the queue table. total_messages comes from the msg_id sequence (the

@@ -210,6 +210,7 @@ CORE = Feature(
         "functions/read.sql.j2",
         "functions/delete_archive.sql.j2",
         "functions/set_vt.sql.j2",
+        "functions/static_paths.sql.j2",
         "functions/metrics.sql.j2",
         "grants.sql.j2",
     ),
@@ -310,7 +311,16 @@ ROUTINES = policies(
     # core: sending, reading, finishing, metrics
     "send", "_validate_batch_params", "_send_batch", "send_batch",
     Policy("_delay_to_vt", upstream_path=True),
-    "read", "read_with_poll", "pop", "delete", "archive", "set_vt", "metrics", "metrics_all",
+    "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
+    # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
+    "_static_send", "_static_send_batch", "_static_read", "_static_read_judged", "_static_pop",
+    "_static_pop_judged", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
+    "_static_path_tree",
+    Policy("_rebuild_static_paths",
+           definer_reason="the static paths belong to the extension's owner; it rewrites them from "
+           "pgmq.meta alone (names quoted), so the result does not depend on who asks"),
+    "_queues_changed",
+    "metrics", "metrics_all",
     # delivery
     "set_retry_policy", "remove_retry_policy", "set_dedup_window", "set_message_ttl",
     "list_queue_settings",

@@ -186,16 +186,33 @@ def _unqualified(stmts: object) -> list[str]:
     return sorted(rel for rel in relations if not sqlast.is_qualified(rel))
 
 
+def _transition_tables(script: Script) -> dict[str, set[str]]:
+    """Trigger function name -> the transition tables (REFERENCING ... AS name) of the script's
+    triggers that run it: a trigger function reads them by their bare names."""
+    found: dict[str, set[str]] = {}
+    for stmt in script.statements:
+        if isinstance(stmt.node, ast.CreateTrigStmt):
+            fn = ".".join(n.sval for n in stmt.node.funcname)
+            for rel in stmt.node.transitionRels or ():
+                found.setdefault(fn, set()).add(rel.name)
+    return found
+
+
 def pgmq006_qualified_relations(script: Script) -> Iterator[Problem]:
-    """Relations in top-level statements, bodies and dynamic-SQL templates have a schema."""
+    """Relations in top-level statements, bodies and dynamic-SQL templates have a schema
+    (a trigger function's transition tables excepted)."""
     for stmt in script.statements:
         if not isinstance(stmt.node, ast.CreateFunctionStmt):
             for rel in _unqualified(stmt.node):
                 yield problem("PGMQ006", stmt, f"relation {rel} is not schema-qualified")
+    transition = _transition_tables(script)
     for r in script.routines:
+        exempt = transition.get(".".join(n.sval for n in r.node.funcname), set())
         for sql in r.sql:
             where = " in dynamic SQL" if sql.kind == "template" else ""
             for rel in _unqualified(sql.stmts):
+                if rel in exempt:
+                    continue
                 yield problem("PGMQ006", r, f"relation {rel}{where} is not schema-qualified")
         for message in r.template_errors:
             yield problem("PGMQ006", r, f"cannot check relations: {message}")

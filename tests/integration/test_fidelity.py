@@ -587,7 +587,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # _run_partition_maintenance): they are the outer functions' work, and called directly they
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
-              "_run_partition_maintenance"}
+              "_run_partition_maintenance", "_queues_changed"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -628,6 +628,18 @@ SELECT * FROM pgmq.send_batch('jobs', ARRAY['{}'::jsonb], ARRAY['{}'::jsonb], 0)
 SELECT * FROM pgmq.send_batch('jobs', ARRAY['{}'::jsonb], ARRAY['{}'::jsonb], now())
 SELECT pgmq._validate_batch_params(ARRAY['{}'::jsonb], NULL)
 SELECT * FROM pgmq._send_batch('jobs', ARRAY['{}'::jsonb], NULL, now())
+SELECT pgmq._static_send(now(), '{}', NULL, 'jobs'), pgmq._static_send(now(), '{}', NULL, 'Jobs')
+SELECT * FROM pgmq._static_send_batch(now(), ARRAY['{}'::jsonb], NULL, 'jobs')
+SELECT * FROM pgmq._static_read(1, '1 second', NULL, now(), 'jobs')
+SELECT * FROM pgmq._static_read_judged(1, '1 second', NULL, now(), NULL, 2, true, 0, 1, 0, 'pgmq.q_jobs'::regclass::oid::bigint, 'jobs') AS t(msg_id bigint, read_ct integer, enqueued_at timestamptz, last_read_at timestamptz, vt timestamptz, message jsonb, headers jsonb, reason text, priority integer)
+SELECT * FROM pgmq._static_pop(1, NULL, NULL, NULL, 'jobs')
+SELECT * FROM pgmq._static_pop_judged(1, NULL, NULL, NULL, NULL, 2, true, 0, 1, 0, 'pgmq.q_jobs'::regclass::oid::bigint, 'jobs') AS t(msg_id bigint, read_ct integer, enqueued_at timestamptz, last_read_at timestamptz, vt timestamptz, message jsonb, headers jsonb, reason text, priority integer)
+SELECT * FROM pgmq._static_delete(ARRAY[0::bigint], 'jobs')
+SELECT pgmq._static_delete_one(0, 'jobs')
+SELECT * FROM pgmq._static_archive(ARRAY[0::bigint], 'jobs')
+SELECT * FROM pgmq._static_set_vt(ARRAY[0::bigint], now(), 'jobs')
+SELECT pgmq._static_path_tree(ARRAY['a', 'b', 'c', 'd', 'e'], ARRAY['1', '2', '3', '4', '5'], '$1')
+SELECT pgmq._rebuild_static_paths(), pgmq._rebuild_static_paths('jobs')
 SELECT pgmq._delay_to_vt(0)
 SELECT * FROM pgmq.send('part', '{}')
 SELECT * FROM pgmq.read('jobs', 0, 1)
