@@ -5,6 +5,11 @@ from __future__ import annotations
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import column, restored_copy, scalar
 
+# The queues whose branch the static send path holds.
+STATIC_QUEUES = """SELECT m[1] FROM regexp_matches(
+                       (SELECT prosrc FROM pg_proc WHERE oid = 'pgmq._static_send(timestamptz, jsonb, jsonb, text)'::regprocedure),
+                       'IF \\$4 = ''([^'']*)'' THEN', 'g') AS m ORDER BY 1"""
+
 
 def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_cluster):
     conn.execute("SELECT pgmq.create('Orders')")
@@ -15,6 +20,8 @@ def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_clust
 
     with restored_copy(conn, dsn, tmp_path) as r:
         assert column(r, "SELECT queue_name FROM pgmq.list_queues()") == ["Orders", "scratch"]
+        # loading pgmq.meta rebuilt the static paths (their bodies are not in the dump)
+        assert column(r, STATIC_QUEUES) == ["Orders", "scratch"]
         assert r.execute("SELECT msg_id, read_ct, message FROM pgmq.q_orders ORDER BY msg_id").fetchall() == [
             (2, 1, {"n": 2}), (3, 0, {"n": 3})]
         assert column(r, "SELECT msg_id FROM pgmq.a_orders") == [1]

@@ -1,0 +1,150 @@
+"""Static paths (templates/_macros/static_paths.sql.j2): each queue's hot statements compiled
+into generated PL/pgSQL that follows pgmq.meta; any queue they do not hold still works through
+EXECUTE, and a path that meets a queue it should hold rebuilds itself."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import psycopg
+import pytest
+
+from tests.helpers import column, scalar
+
+PATHS = ["send", "send_batch", "read", "read_judged", "pop", "pop_judged", "delete", "delete_one",
+         "archive", "set_vt"]
+
+
+def routed(conn: psycopg.Connection, path: str = "send") -> list[str]:
+    """The queue names path _static_<path> has a branch for, sorted."""
+    src = scalar(conn, "SELECT prosrc FROM pg_proc WHERE proname = %s AND pronamespace = 'pgmq'::regnamespace",
+                 (f"_static_{path}",))
+    pattern = r"IF \$\d+ = '((?:[^']|'')*)' THEN"
+    return sorted((m.replace("''", "'") for m in re.findall(pattern, src)), key=lambda n: n.encode())
+
+
+def roundtrip(conn: psycopg.Connection, q: str) -> None:
+    """Every path once on queue q, checking what comes back."""
+    a = scalar(conn, "SELECT pgmq.send(%s, '{\"n\":1}')", (q,))
+    b, c, d = column(conn, "SELECT * FROM pgmq.send_batch(%s, ARRAY['{\"n\":2}','{\"n\":3}','{\"n\":4}']::jsonb[])", (q,))
+    assert [a, b, c, d] == list(range(a, a + 4))
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 2)", (q,)) == [a, b]
+    assert column(conn, "SELECT msg_id FROM pgmq.set_vt(%s, ARRAY[%s::bigint], 0)", (q, a)) == [a]
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s)", (q,)) == [a]
+    assert scalar(conn, "SELECT pgmq.delete(%s, %s::bigint)", (q, b)) is True
+    assert scalar(conn, "SELECT pgmq.delete(%s, %s::bigint)", (q, b)) is False
+    assert column(conn, "SELECT * FROM pgmq.archive(%s, ARRAY[%s, %s]::bigint[])", (q, c, 999999)) == [c]
+    assert column(conn, "SELECT * FROM pgmq.delete(%s, ARRAY[%s]::bigint[])", (q, d)) == [d]
+    assert scalar(conn, "SELECT queue_length FROM pgmq.metrics(%s)", (q,)) == 0
+
+
+def test_paths_follow_create_and_drop(conn):
+    assert all(routed(conn, p) == [] for p in PATHS)
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.create_unlogged('Fast')")
+    assert all(routed(conn, p) == ["Fast", "jobs"] for p in PATHS)
+    roundtrip(conn, "jobs")
+    roundtrip(conn, "Fast")
+    conn.execute("SELECT pgmq.drop_queue('jobs')")
+    assert all(routed(conn, p) == ["Fast"] for p in PATHS)
+    # creating an existing queue again changes nothing (no rebuild: the paths' rows stay)
+    xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'")
+    conn.execute("SELECT pgmq.create('Fast')")
+    assert scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'") == xmin
+
+
+def test_a_rolled_back_create_leaves_the_paths_as_they_were(conn):
+    conn.execute("SELECT pgmq.create('kept')")
+    with pytest.raises(psycopg.errors.RaiseException):
+        with conn.transaction():
+            conn.execute("SELECT pgmq.create('gone')")
+            assert routed(conn) == ["gone", "kept"]
+            conn.execute("DO $$BEGIN RAISE EXCEPTION 'undo'; END$$")
+    assert routed(conn) == ["kept"]
+
+
+def test_names_are_quoted_and_other_spellings_fall_back(conn):
+    odd = 'we"ird Näme'
+    conn.execute("SELECT pgmq.create(%s)", (odd,))
+    assert routed(conn) == [odd]
+    roundtrip(conn, odd)
+    # another case spelling reaches the same table through EXECUTE, without a rebuild
+    conn.execute("SELECT pgmq.create('mixed')")
+    xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'")
+    roundtrip(conn, "MIXED")
+    assert scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'") == xmin
+    # an unknown queue: upstream's error, from the fallback
+    with pytest.raises(psycopg.errors.UndefinedTable, match='relation "pgmq.q_nope" does not exist'):
+        conn.execute("SELECT pgmq.send('nope', '{}')")
+
+
+def test_the_first_hundred_queues_are_static_the_rest_work_through_execute(conn):
+    conn.execute("SELECT pgmq.create(format('q%s', lpad(i::text, 3, '0'))) FROM generate_series(0, 101) i")
+    names = routed(conn)
+    assert names == [f"q{i:03d}" for i in range(100)]
+    assert all(routed(conn, p) == names for p in PATHS)
+    for q in ("q000", "q057", "q099", "q100", "q101"):
+        roundtrip(conn, q)
+    # over the cap nothing rebuilds on each call
+    xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'")
+    roundtrip(conn, "q101")
+    assert scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'") == xmin
+    # dropping one lets the next in line in
+    conn.execute("SELECT pgmq.drop_queue('q010')")
+    assert routed(conn)[-1] == "q100" and "q010" not in routed(conn)
+
+
+def test_a_path_that_misses_a_queue_heals_itself(conn):
+    conn.execute("SELECT pgmq.create('early')")
+    conn.execute("ALTER TABLE pgmq.meta DISABLE TRIGGER queues_added")
+    conn.execute("SELECT pgmq.create('late')")
+    conn.execute("ALTER TABLE pgmq.meta ENABLE TRIGGER queues_added")
+    assert routed(conn) == ["early"]
+    assert scalar(conn, "SELECT pgmq.send('late', '{}')") == 1
+    assert all(routed(conn, p) == ["early", "late"] for p in PATHS)
+    assert scalar(conn, "SELECT pgmq.delete('late', 1::bigint)") is True
+    roundtrip(conn, "late")
+
+
+def test_paths_of_a_retry_policy_queue_count_and_dead_letter(conn):
+    conn.execute("SELECT pgmq.create('work')")
+    conn.execute("SELECT pgmq.create('work_dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('work', 1, dead_letter_queue => 'work_dlq')")
+    conn.execute("SELECT pgmq.send('work', '{}')")
+    for _ in range(2):  # two deliveries (1 + max_retries), each taken and rolled back
+        with pytest.raises(psycopg.errors.RaiseException):
+            with conn.transaction():
+                assert column(conn, "SELECT msg_id FROM pgmq.pop('work')") == [1]
+                conn.execute("DO $$BEGIN RAISE EXCEPTION 'crash'; END$$")
+        # the next take counts the lost delivery (and does not hand the message out)
+        assert column(conn, "SELECT msg_id FROM pgmq.read('work', 30, 1)") == []
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_work") == 0
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_work_dlq") == 1
+
+
+def test_concurrent_creates_never_fail_and_every_queue_ends_static(connect):
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def make(i: int) -> None:
+        try:
+            with connect(autocommit=True) as c:
+                barrier.wait()
+                for j in range(5):
+                    c.execute("SELECT pgmq.create(%s)", (f"c{i}_{j}",))
+                    c.execute("SELECT pgmq.send(%s, '{}')", (f"c{i}_{j}",))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with connect(autocommit=True) as c:
+        for i in range(4):  # a create that found the paths busy: its queue heals on use
+            for j in range(5):
+                assert scalar(c, "SELECT count(*) FROM pgmq.read(%s, 30, 5)", (f"c{i}_{j}",)) == 1
+        assert routed(c) == sorted((f"c{i}_{j}" for i in range(4) for j in range(5)))
