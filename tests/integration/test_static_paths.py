@@ -147,4 +147,4 @@ def test_concurrent_creates_never_fail_and_every_queue_ends_static(connect):
         for i in range(4):  # a create that found the paths busy: its queue heals on use
             for j in range(5):
                 assert scalar(c, "SELECT count(*) FROM pgmq.read(%s, 30, 5)", (f"c{i}_{j}",)) == 1
-        assert routed(c) == sorted((f"c{i}_{j}" for i in range(4) for j in range(5)))
+        assert routed(c) == sorted(f"c{i}_{j}" for i in range(4) for j in range(5))
