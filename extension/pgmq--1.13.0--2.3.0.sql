@@ -1325,7 +1325,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_value bigint;
@@ -1352,7 +1351,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1610,7 +1608,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1633,7 +1630,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1658,7 +1654,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1687,7 +1682,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1762,7 +1756,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_value bigint;
@@ -1799,7 +1792,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2235,7 +2227,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2265,7 +2256,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2297,7 +2287,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2339,7 +2328,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;

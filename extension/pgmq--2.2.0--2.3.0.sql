@@ -246,7 +246,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_value bigint;
@@ -271,7 +270,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -519,7 +517,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -540,7 +537,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -563,7 +559,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -590,7 +585,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -657,7 +651,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_value bigint;
@@ -694,7 +687,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -1130,7 +1122,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -1160,7 +1151,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -1192,7 +1182,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -1234,7 +1223,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;

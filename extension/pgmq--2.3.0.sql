@@ -1136,7 +1136,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_value bigint;
@@ -1163,7 +1162,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1421,7 +1419,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1444,7 +1441,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1469,7 +1465,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1498,7 +1493,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1573,7 +1567,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_value bigint;
@@ -1610,7 +1603,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2046,7 +2038,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2076,7 +2067,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2108,7 +2098,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2150,7 +2139,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;

@@ -1333,7 +1333,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_value bigint;
@@ -1360,7 +1359,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1618,7 +1616,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1641,7 +1638,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1666,7 +1662,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1695,7 +1690,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1770,7 +1764,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_value bigint;
@@ -1807,7 +1800,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2243,7 +2235,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2273,7 +2264,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2305,7 +2295,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2347,7 +2336,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;

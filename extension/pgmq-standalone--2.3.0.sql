@@ -1137,7 +1137,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_value bigint;
@@ -1164,7 +1163,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1422,7 +1420,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1445,7 +1442,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1470,7 +1466,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1499,7 +1494,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1574,7 +1568,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_value bigint;
@@ -1611,7 +1604,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2047,7 +2039,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2077,7 +2068,6 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2109,7 +2099,6 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;
@@ -2151,7 +2140,6 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 AS $path$
 DECLARE
     v_count bigint;

@@ -276,6 +276,8 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
            ORDER BY 1, 2, 3""", (schema, objects.tables + objects.views)).fetchall()
     for table, trigger, _ in triggers:
         conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), _ident(schema, table)))
+    # our catalog tables' own triggers come back with the extension; the queues' are put back
+    triggers = [t for t in triggers if t[0] not in objects.tables]
     echo(f"  set aside {len(objects.tables)} catalog table(s) and {len(triggers)} queue trigger(s); "
          f"dropping the standalone objects")
     # Our routines use our tables' row types, and our tables' policies and generated columns use
