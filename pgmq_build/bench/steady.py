@@ -25,7 +25,10 @@ consumed message (server.py's /proc reading; "?" for a remote server) and the sh
 accesses (hit + read, pg_statio_user_tables: heap, indexes, TOAST) of the queue table per
 consumed message: the work per message, which unlike time and CPU does not depend on what else
 the machine is doing (it includes the producers' inserts, a few per message, and autovacuum's
-passes over the table).
+passes over the table), and the sequential scans of the queue table per consumer call
+(pg_stat_user_tables.seq_scan; the sampler itself never scans it): a read planned as an index
+scan makes none, one planned as a Seq Scan + Sort (the plan some autoanalyze statistics of a
+nearly empty queue table lead to) reads the whole table every call.
 
 The xmin hold: at --hold-at (default after minute 4) a separate connection runs ``BEGIN
 ISOLATION LEVEL REPEATABLE READ; SELECT 1`` and keeps the transaction open for --hold-seconds
@@ -85,6 +88,7 @@ FLAT_ROWS = 1000
 RECOVERY_TOLERANCE = 0.10  # "back within 10 % of before"
 RECOVERY_RUN = 3  # samples in a row within it
 WINDOW = 60.0  # "a minute" of the flat rule
+SEQ_SCAN_SAMPLE = 0.5  # a sample whose consumer calls mostly scanned the whole table
 
 AUTOVACUUM_SETTINGS = (
     "autovacuum", "autovacuum_naptime", "autovacuum_max_workers",
@@ -223,6 +227,12 @@ class Sample:
     producer_cpu_us_per_msg: float | None
     wal_bytes: int
     buffers: int = 0  # shared-buffer accesses of the queue table and its indexes in the interval
+    seq_scans: int = 0  # sequential scans of the queue table in the interval
+
+    @property
+    def seq_per_call(self) -> float | None:
+        calls = self.ops + self.empty
+        return self.seq_scans / calls if calls else None
 
     @property
     def buffers_per_msg(self) -> float | None:
@@ -239,7 +249,8 @@ class Sample:
     def as_dict(self) -> dict:
         return {**asdict(self), "send_rate": round(self.send_rate, 1),
                 "consume_rate": round(self.consume_rate, 1),
-                "buffers_per_msg": _r(self.buffers_per_msg, 1)}
+                "buffers_per_msg": _r(self.buffers_per_msg, 1),
+                "seq_scans_per_call": _r(self.seq_per_call, 3)}
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -298,6 +309,9 @@ def phase_stats(ops: list[Op], samples: list[Sample], start: float, end: float) 
                                                                                 strict=True))
                                           / cons, 1) if cpu_known and cons else None),
         "buffers_per_msg": round(sum(s.buffers for s in sams) / cons, 1) if cons else None,
+        "samples": len(sams),
+        "seq_scan_samples": sum(1 for s in sams if s.seq_per_call is not None
+                                and s.seq_per_call > SEQ_SCAN_SAMPLE),
     }
 
 
@@ -450,8 +464,8 @@ def _num(v: float | None, fmt: str) -> str:
 COLUMNS = [("t s", ">"), ("phase", "<"), ("sent/s", ">"), ("cons/s", ">"), ("depth", ">"),
            ("table MB", ">"), ("index MB", ">"), ("dead tup", ">"), ("live tup", ">"),
            ("autovac", ">"), ("xmin age", ">"), ("p50 ms", ">"), ("p99 ms", ">"),
-           ("CPU µs/msg", ">"), ("buf/msg", ">")]
-WIDTHS = [6, 6, 7, 7, 7, 8, 8, 9, 8, 7, 8, 7, 7, 10, 7]
+           ("CPU µs/msg", ">"), ("buf/msg", ">"), ("seq/call", ">")]
+WIDTHS = [6, 6, 7, 7, 7, 8, 8, 9, 8, 7, 8, 7, 7, 10, 7, 8]
 
 
 def format_row(cells: list[str]) -> str:
@@ -469,7 +483,12 @@ def sample_row(s: Sample) -> str:
         _mb(s.table_bytes), _mb(s.index_bytes), f"{s.n_dead_tup:,}", f"{s.n_live_tup:,}",
         str(s.autovacuum_count), _num(s.xmin_age, ","), _num(s.p50_ms, ".2f"),
         _num(s.p99_ms, ".2f"), _num(s.consumer_cpu_us_per_msg, ".0f"),
-        _num(s.buffers_per_msg, ".1f")])
+        _num(s.buffers_per_msg, ".1f"), _num(s.seq_per_call, ".2f")])
+
+
+def _seq_note(p: dict) -> str:
+    return (f"samples in which the consumers' calls mostly scanned the whole table (seq scans "
+            f"per call > {SEQ_SCAN_SAMPLE:g}): {p['seq_scan_samples']} of {p['samples']}")
 
 
 def _secs(v: float | None, sample: float) -> str:
@@ -520,7 +539,9 @@ def format_summary(system: str, cfg: Config, summary: dict) -> str:
     if "steady" in summary:
         st = summary["steady"]
         out.append(f"  consumers: {_num(st['consume_rate'], ',.0f')} msg/s, p50 "
-                   f"{_num(st['p50_ms'], '.2f')} ms, p99 {_num(st['p99_ms'], '.2f')} ms")
+                   f"{_num(st['p50_ms'], '.2f')} ms, p99 {_num(st['p99_ms'], '.2f')} ms, "
+                   f"{_num(st['buffers_per_msg'], '.1f')} buffer accesses per message; "
+                   f"{_seq_note(st)}")
         return "\n".join(out)
     h = summary["hold"]
     out.append(f"  xmin hold: REPEATABLE READ transaction open {h['held_from_s']:g}-"
@@ -528,7 +549,8 @@ def format_summary(system: str, cfg: Config, summary: dict) -> str:
     rows = [("consumed msg/s", "consume_rate", ",.0f"), ("sent msg/s", "send_rate", ",.0f"),
             ("msgs per op", "msgs_per_op", ".2f"), ("p50 ms", "p50_ms", ".2f"),
             ("p99 ms", "p99_ms", ".2f"), ("CPU µs/msg (cons.)", "consumer_cpu_us_per_msg", ".0f"),
-            ("buffers/msg", "buffers_per_msg", ".1f")]
+            ("buffers/msg", "buffers_per_msg", ".1f"),
+            ("seq-scan samples", "seq_scan_samples", "d")]
     phases = [("before", h["before"]), ("during", h["during"]), ("after", h["after"])]
     out.append(f"  {'':<18}" + "".join(
         f" | {n + ' ' + format(p['from_s'], 'g') + '-' + format(p['to_s'], 'g') + ' s':>22}"
@@ -542,6 +564,9 @@ def format_summary(system: str, cfg: Config, summary: dict) -> str:
                f"x{_num(sd['worst_sample_p99'], '.2f')}; consumers' server CPU per message "
                f"x{_num(sd['consumer_cpu_us_per_msg'], '.2f')}, buffer accesses per message "
                f"x{_num(sd['buffers_per_msg'], '.2f')}")
+    out.append(f"  -> {_seq_note(h['before'])} before, {h['during']['seq_scan_samples']} of "
+               f"{h['during']['samples']} during, {h['after']['seq_scan_samples']} of "
+               f"{h['after']['samples']} after")
     r = h["recovery_seconds"]
     out.append(f"  -> back within {RECOVERY_TOLERANCE:.0%} of before after the release (first "
                f"sample from which {RECOVERY_RUN} in a row are; resolution {cfg.sample:g} s): "
@@ -678,7 +703,7 @@ SELECT (SELECT coalesce(io.heap_blks_read, 0) + coalesce(io.heap_blks_hit, 0)
              + coalesce(io.tidx_blks_read, 0) + coalesce(io.tidx_blks_hit, 0)
         FROM pg_statio_user_tables io WHERE io.relid = s.relid),
        pg_table_size(s.relid), pg_indexes_size(s.relid),
-       s.n_dead_tup, s.n_live_tup, s.autovacuum_count,
+       s.n_dead_tup, s.n_live_tup, s.autovacuum_count, s.seq_scan,
        (SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity
         WHERE datname = current_database() AND pid <> pg_backend_pid()),
        pg_current_wal_lsn()::text
@@ -734,7 +759,7 @@ def run_system(system: str, dsn: str, cfg: Config, emit: Callable[[str], None]) 
         try:
             prev_ticks = (backend_ticks(load.producer_pids), backend_ticks(load.consumer_pids))
             prev_row = admin.execute(STATS_SQL).fetchone()
-            prev_lsn, prev_blks = prev_row[7], prev_row[0]
+            prev_lsn, prev_blks, prev_seq = prev_row[8], prev_row[0], prev_row[6]
             prev_t, prev_sent, prev_cons, prev_empty, prev_ops = load.t0, 0, 0, 0, 0
             for at, _, kind in events:
                 while not load.stop.is_set():
@@ -769,7 +794,7 @@ def run_system(system: str, dsn: str, cfg: Config, emit: Callable[[str], None]) 
                          if meter.cpu else (None, None))
                 row = admin.execute(STATS_SQL).fetchone()
                 wal = admin.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint",
-                                    (row[7], prev_lsn)).fetchone()[0]
+                                    (row[8], prev_lsn)).fetchone()[0]
                 lat = [o.seconds * 1000 for o in load.ops[prev_ops:n_ops]]
                 d_sent, d_cons = sent - prev_sent, cons - prev_cons
 
@@ -782,15 +807,15 @@ def run_system(system: str, dsn: str, cfg: Config, emit: Callable[[str], None]) 
                     t=at, dt=round(now - prev_t, 3), phase=phase_of(cfg, at, at - (samples[-1].t if samples else 0.0)),
                     sent=d_sent, consumed=d_cons, ops=n_ops - prev_ops, empty=empty - prev_empty,
                     depth=sent - cons, table_bytes=row[1], index_bytes=row[2], n_dead_tup=row[3],
-                    n_live_tup=row[4], autovacuum_count=row[5], xmin_age=row[6],
+                    n_live_tup=row[4], autovacuum_count=row[5], xmin_age=row[7],
                     p50_ms=_r(percentile(lat, 0.5), 3), p99_ms=_r(percentile(lat, 0.99), 3),
                     consumer_cpu_us_per_msg=per_msg(ticks[1], prev_ticks[1], d_cons),
                     producer_cpu_us_per_msg=per_msg(ticks[0], prev_ticks[0], d_sent),
-                    wal_bytes=int(wal), buffers=row[0] - prev_blks)
+                    wal_bytes=int(wal), buffers=row[0] - prev_blks, seq_scans=row[6] - prev_seq)
                 samples.append(s)
                 emit(sample_row(s))
                 prev_t, prev_sent, prev_cons, prev_empty, prev_ops = now, sent, cons, empty, n_ops
-                prev_ticks, prev_lsn, prev_blks = ticks, row[7], row[0]
+                prev_ticks, prev_lsn, prev_blks, prev_seq = ticks, row[8], row[0], row[6]
         finally:
             if hold_conn is not None:
                 hold_conn.close()
@@ -861,7 +886,8 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
           "Latency: one consumer operation that got messages, timed by the client (its own "
           "time included). CPU µs/msg: the consumers' backends, utime + stime per consumed "
           "message ('?': not measurable here); buf/msg: shared-buffer accesses of the queue "
-          "table and its indexes per consumed message (all clients and autovacuum).")
+          "table and its indexes per consumed message (all clients and autovacuum); seq/call: "
+          "sequential scans of the queue table per consumer call.")
     if args.json:
         out = {"server": server, "settings": settings, "config": asdict(cfg),
                "pgmq_version": ext[0] if ext else None, "cpus": os.cpu_count(),

@@ -32,7 +32,7 @@ def test_steady_run_reports_and_loses_nothing(dsn, conn, tmp_path, capsys):
     assert len(samples) == 15
     for key in ("t", "phase", "depth", "table_bytes", "index_bytes", "n_dead_tup", "n_live_tup",
                 "autovacuum_count", "send_rate", "consume_rate", "p50_ms", "p99_ms",
-                "consumer_cpu_us_per_msg", "xmin_age", "buffers_per_msg"):
+                "consumer_cpu_us_per_msg", "xmin_age", "buffers_per_msg", "seq_scans_per_call"):
         assert key in samples[-1], key
     assert max(s["xmin_age"] for s in samples if s["phase"] == "hold") > 0  # the hold held
     assert sum(s["sent"] for s in samples) > 0.8 * 200 * 15  # paced at about the rate

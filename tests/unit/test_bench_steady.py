@@ -143,6 +143,8 @@ def test_summary_of_a_hold():
     assert h["growth"]["n_dead_tup"]["after"] == "back to the pre-hold level"
     assert s["flat"]["before_hold"]["flat"] and not s["flat"]["whole_run"]["flat"]
     assert s["flat"]["after_hold"]["flat"]
+    assert (h["before"]["samples"], h["during"]["samples"], h["after"]["samples"]) == (3, 3, 6)
+    assert h["during"]["seq_scan_samples"] == 0
     text = steady.format_summary("ours", cfg, s)
     assert "nothing lost" in text and "p50 x3.00" in text and "stopped growing" in text
 
@@ -150,3 +152,12 @@ def test_summary_of_a_hold():
 def test_sample_row_lines_up_with_the_header():
     head = steady.table_header().splitlines()[0]
     assert len(steady.sample_row(sample(10))) == len(head)
+
+
+def test_seq_scans_per_consumer_call():
+    s = sample(10)
+    assert s.seq_per_call == 0
+    s.seq_scans, s.ops, s.empty = 12, 10, 2
+    assert s.seq_per_call == 1.0 and s.as_dict()["seq_scans_per_call"] == 1.0
+    s.ops = s.empty = 0
+    assert s.seq_per_call is None
