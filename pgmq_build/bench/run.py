@@ -492,7 +492,9 @@ def maybe_install_files() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0],
+                                epilog="python3 -m pgmq_build.bench steady --help: the steady-state "
+                                "run with a held xmin horizon (steady.py, make bench-steady)")
     p.add_argument("--dsn", help="use this server instead of a throwaway one (the databases "
                    f"{BENCH_DB} and {UPSTREAM_DB} are created there, replacing any old ones, "
                    "and dropped at the end)")
