@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -59,3 +59,8 @@ demo-spark: deps
 bench: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.bench $(BENCH_ARGS)
+
+# Paced producers and consumers for 10 minutes with a 2-minute xmin hold (pgmq_build/bench/steady.py).
+bench-steady: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build.bench steady $(STEADY_ARGS)

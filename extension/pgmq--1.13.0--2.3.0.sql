@@ -1381,6 +1381,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1420,6 +1421,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1496,6 +1498,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1534,6 +1537,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1836,6 +1840,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1898,6 +1903,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -2034,6 +2040,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -2094,6 +2101,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

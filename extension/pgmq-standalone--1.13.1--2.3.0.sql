@@ -1389,6 +1389,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1428,6 +1429,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1504,6 +1506,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1542,6 +1545,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1844,6 +1848,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1906,6 +1911,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -2042,6 +2048,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -2102,6 +2109,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

@@ -326,6 +326,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -363,6 +364,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -437,6 +439,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -473,6 +476,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -759,6 +763,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -821,6 +826,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -957,6 +963,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1017,6 +1024,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

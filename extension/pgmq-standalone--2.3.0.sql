@@ -1193,6 +1193,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1232,6 +1233,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1308,6 +1310,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1346,6 +1349,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -1648,6 +1652,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1710,6 +1715,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1846,6 +1852,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -1906,6 +1913,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

@@ -3,6 +3,7 @@
     python3 -m pgmq_build.bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
+    python3 -m pgmq_build.bench steady [options]    (or --steady: steady.py, `make bench-steady`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -441,9 +442,9 @@ def _recreate(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
 
-def prepare_database(dsn: str) -> tuple[str, str]:
+def prepare_database(dsn: str, dbname: str = BENCH_DB) -> tuple[str, str]:
     """(Re)create the bench database with our pgmq in it; returns (its DSN, how pgmq got there)."""
-    bench_dsn = _recreate(dsn, BENCH_DB)
+    bench_dsn = _recreate(dsn, dbname)
     with psycopg.connect(bench_dsn, autocommit=True) as conn:
         how = ensure_pgmq(conn)
         # The new database's catalogs (CREATE EXTENSION just wrote many rows): vacuumed now, so
@@ -468,11 +469,11 @@ def upstream_pgmq_sql() -> tuple[str, str]:
         return upstream_sql()
 
 
-def prepare_upstream_database(dsn: str) -> tuple[str, str]:
+def prepare_upstream_database(dsn: str, dbname: str = UPSTREAM_DB) -> tuple[str, str]:
     """(Re)create the upstream database with upstream PGMQ's SQL-only install (schema pgmq made
     by its pgmq.sql, as pgmq-py's installer does); returns (its DSN, upstream's version)."""
     version, text = upstream_pgmq_sql()
-    up_dsn = _recreate(dsn, UPSTREAM_DB)
+    up_dsn = _recreate(dsn, dbname)
     with psycopg.connect(up_dsn, autocommit=True) as conn:
         conn.execute(text)
         conn.execute("VACUUM ANALYZE")
@@ -491,7 +492,9 @@ def maybe_install_files() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0],
+                                epilog="python3 -m pgmq_build.bench steady --help: the steady-state "
+                                "run with a held xmin horizon (steady.py, make bench-steady)")
     p.add_argument("--dsn", help="use this server instead of a throwaway one (the databases "
                    f"{BENCH_DB} and {UPSTREAM_DB} are created there, replacing any old ones, "
                    "and dropped at the end)")
@@ -685,6 +688,12 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["steady"] or "--steady" in argv:  # the steady-state run: steady.py
+        from .steady import main as steady_main
+
+        rest = argv[1:] if argv[:1] == ["steady"] else [a for a in argv if a != "--steady"]
+        return steady_main(rest)
     args = parse_args(argv)
     if args.dsn:
         return run(args, args.dsn, "the --dsn server")
