@@ -11,6 +11,8 @@ stops the Worker.
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -27,7 +29,7 @@ def run_worker(workload: Any, side: str, dsn: str, clients: int, seconds: float,
                stop_when_dry: bool, meter: Meter | None = None) -> Any:
     """A Run (see run.py) of one window of the default Worker; `clients` is ignored (the pool
     sizes itself), `side` must be pgmq. A queue found empty after the window counts as dry."""
-    from ..worker import Worker
+    from ..worker import TextFormatter, Worker
     from .run import ClientResult, Run
     from .workloads import PGMQ, PGMQ_TABLE
 
@@ -58,12 +60,25 @@ def run_worker(workload: Any, side: str, dsn: str, clients: int, seconds: float,
             out[pid] = t
         return out
 
-    worker = MeteredWorker(dsn)
+    errors: list[dict] = []  # the worker's dispatch_error events
+
+    class Errors(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "dispatch_error":
+                errors.append(dict(getattr(record, "fields", {})))
+
+    logger = logging.getLogger("pgmq_build.bench.worker")
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    shown = logging.StreamHandler(sys.stderr)  # the worker's warnings and errors, as text
+    shown.setFormatter(TextFormatter())
+    logger.handlers[:] = [Errors(), shown]
+    worker = MeteredWorker(dsn, logger=logger)
     try:
         worker.start()
         deadline = time.monotonic() + WARM_TIMEOUT
         while (worker.totals.done < WARM_CALLBACKS * worker.min_workers
-               and time.monotonic() < deadline):
+               and not worker.totals.errors and time.monotonic() < deadline):
             time.sleep(0.005)
         before = ticks_now([pid for pid, _ in live()]) if cpu else None
         probe = meter.sample([]) if meter is not None else None
@@ -96,11 +111,19 @@ def run_worker(workload: Any, side: str, dsn: str, clients: int, seconds: float,
                                       else at_connect if at_connect is not None else after[pid])
                         for pid, at_connect in now))
             usage = Usage(cpu_us, meter.usage(probe, meter.sample([])).wal_bytes)
-        errors = worker.totals.errors
+        failed_statements = worker.totals.errors
     finally:
         worker.stop(timeout=30)
-    if errors:
-        raise RuntimeError(f"the worker counted {errors} dispatch errors: see its log")
+    if failed_statements:
+        # the server's error, as a psycopg error with its SQLSTATE: an optional workload's
+        # failure is then reported as n/a (see Bench._guard)
+        first = errors[0] if errors else {}
+        text = f"the worker's dispatch failed: {first.get('error', 'see its log')}"
+        try:
+            error_class = psycopg.errors.lookup(first["sqlstate"])
+        except (KeyError, TypeError):  # no event, or no SQLSTATE: not the server's error
+            raise RuntimeError(text) from None
+        raise error_class(text)
     with psycopg.connect(dsn, autocommit=True) as conn:
         dry = not conn.execute(f"SELECT EXISTS (SELECT 1 FROM {PGMQ_TABLE})").fetchone()[0]
     msgs = done1 - done0
