@@ -10,7 +10,9 @@ laid out like upstream's queue table, in the database of ours), "upstream" (upst
 installed by running the pgmq.sql that ships in the PyPI package pgmq, upstream's Python
 client: an SQL-only install in database pgmq_bench_upstream; the package is pip-installed if
 missing) and "ours" (CREATE EXTENSION pgmq in database pgmq_bench). A workload upstream lacks the functions for
-(exchanges, the worker's dispatch) runs on raw and ours only.
+(exchanges, the worker's dispatch) runs on raw and ours only; the `worker` workload (the real
+pgmq_build.worker.Worker with its default pool, see pool.py) runs on ours only, once, whatever
+--clients says.
 
 Each cell (workload x client count) measures every system for --seconds, split into --rounds
 segments whose order alternates (raw, upstream, ours, then ours, upstream, raw, ...), so that
@@ -342,7 +344,11 @@ class Bench:
         self.can_checkpoint = True
 
     def systems_for(self, workload: Workload) -> list[str]:
-        return [s for s in self.systems if s != UPSTREAM or workload.upstream]
+        return [s for s in self.systems
+                if (s != UPSTREAM or workload.upstream) and (s != RAW or workload.raw)]
+
+    def runner(self, workload: Workload) -> Callable[..., Run]:
+        return workload.runner or self.clients.run  # type: ignore[return-value]
 
     def prepare(self, workload: Workload, system: System, prefill: int) -> None:
         admin = self.admins[system.name]
@@ -360,8 +366,8 @@ class Bench:
         """Messages/s of a short run on a small prefill, stopping early if it runs dry."""
         n = min(1000 * workload.msgs_per_op, 50_000) * clients
         self.prepare(workload, system, n)
-        run = self.clients.run(workload, system.api, system.dsn, clients, WARMUP_SECONDS,
-                               stop_when_dry=True)
+        run = self.runner(workload)(workload, system.api, system.dsn, clients, WARMUP_SECONDS,
+                                    stop_when_dry=True)
         t = Totals.of(run.clients)
         return t.msgs / t.elapsed if t.elapsed > 0 else 0.0
 
@@ -418,8 +424,8 @@ class Bench:
             log(f"{label}: round {rnd + 1}/{self.rounds} {system.name}"
                 + (f" (prefill {prefill:,})" if prefill else ""))
             self.prepare(workload, system, prefill)
-            run = self.clients.run(workload, system.api, system.dsn, clients, seg_seconds,
-                                   stop_when_dry=False, meter=self.meter)
+            run = self.runner(workload)(workload, system.api, system.dsn, clients, seg_seconds,
+                                        stop_when_dry=False, meter=self.meter)
             t = Totals.of(run.clients)
             if not (workload.consumes and t.dry_ops and attempt < 2 and prefill < PREFILL_MAX):
                 break
@@ -572,10 +578,10 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
                     for k in ("server_version", "synchronous_commit", "fsync", "full_page_writes")}
         ext = admin.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
         bench = Bench(systems, admins, meter, clients_impl, args.seconds, args.rounds, args.prefill)
-        total = len(args.workloads) * len(args.clients)
+        total = sum(len(w.clients or args.clients) for w in args.workloads)
         for w in args.workloads:
             unavailable: dict[str, str] = {}
-            for n in args.clients:
+            for n in w.clients or args.clients:
                 label = f"[{len(cells) + 1}/{total}] {w.name} x{n}"
                 c = bench.run_cell(w, n, label, unavailable)
                 log(f"{label}: " + " / ".join(

@@ -14,7 +14,11 @@ more entry each:
   and on ours: the same pgmq.* calls, each system's own functions;
 - ``upstream`` is False for a workload upstream PGMQ 1.13 lacks the functions for (exchanges,
   the worker's dispatch): it is measured on raw and ours only;
-- ``unit`` names what one counted message is in the report (the worker row counts callbacks);
+- ``raw`` is False for a workload without a plain-SQL baseline (the worker itself);
+- ``clients`` (optional) replaces --clients for the workload (the worker: one cell, its pool);
+- ``runner`` (optional) replaces the clients: called like ThreadClients.run, it returns a Run
+  (the worker workload runs the real Worker, see pool.py);
+- ``unit`` names what one counted message is in the report (the worker rows count callbacks);
 - ``msgs_per_op`` is the nominal batch size (1, 100, ...), used for sizing and the report;
 - ``teardown(conn)`` (optional) drops what a workload made beyond the shared queue and table;
 - ``optional`` marks a workload whose pgmq feature may be missing from the build under test: if
@@ -34,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
+
+from ..worker import MIN_WORKERS
 
 QUEUE = "bench"  # the pgmq queue: table pgmq.q_bench
 RAW_TABLE = "bench_raw_q"  # the baseline: a plain table laid out like pgmq's queue table
@@ -377,6 +383,16 @@ def pgmq_dispatch_one(cur: psycopg.Cursor) -> int:
     return 1 if cur.fetchone()[0] is not None else 0
 
 
+def run_worker_pool(*args, **kwargs):
+    """The `worker` workload's runner (pool.py; imported late: it imports run.py)."""
+    from .pool import run_worker
+    return run_worker(*args, **kwargs)
+
+
+def _no_op(cur: psycopg.Cursor) -> int:
+    raise RuntimeError("this workload has a runner: it runs no per-client operation")
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -393,6 +409,9 @@ class Workload:
     optional: bool = False  # a failure is reported as "(unavailable: ...)", not raised
     upstream: bool = True  # upstream PGMQ 1.13 has the functions pgmq_op, reset and fill call
     unit: str = "msgs"  # what msgs_per_op and the rates count
+    raw: bool = True  # has a plain-SQL baseline
+    clients: tuple[int, ...] | None = None  # the client counts to run (None: --clients)
+    runner: Callable[..., object] | None = None  # runs a segment instead of the clients
 
     def op(self, side: str) -> Op:
         return self.pgmq_op if side == PGMQ else self.raw_op
@@ -422,6 +441,13 @@ WORKLOADS: list[Workload] = [
              "DELETE ... LIMIT 1 SKIP LOCKED",
              1, pgmq_dispatch_one, raw_consume_one, consumes=True, reset=reset_dispatch_queue,
              optional=True, upstream=False, unit="callbacks"),
+    Workload("worker",
+             "pgmq_build.worker.Worker, every option at its default (pool of 3-10 dispatcher "
+             "threads, tx_batch), on a prefilled queue, no-op callback; clients = its "
+             "min_workers | no baseline",
+             1, _no_op, _no_op, consumes=True, reset=reset_dispatch_queue, optional=True,
+             upstream=False, raw=False, unit="callbacks", clients=(MIN_WORKERS,),
+             runner=run_worker_pool),
     Workload("send_topic",
              f"pgmq.send_topic('{TOPIC_KEY}', m), 4 bindings, {TOPIC_COPIES} match | "
              f"{TOPIC_COPIES} INSERTs into {TOPIC_COPIES} tables, one statement (CTEs)",

@@ -24,14 +24,19 @@ from tests.helpers import column, scalar, send_n, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The callback records each committed run; {"fail": true} raises (its insert is rolled back),
-# {"sleep": s} makes it slow.
+# The callback records each committed run and its (top-level) transaction; {"fail": true}
+# raises (its insert is rolled back), {"sleep": s} makes it slow, {"gate": k} waits for advisory
+# lock k (a test holding it keeps the callback, and its batch, in flight).
 SETUP = """
-CREATE TABLE public.handled (n int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE public.handled (n int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                             xid xid8 NOT NULL DEFAULT pg_current_xact_id());
 CREATE PROCEDURE public.handle(msg jsonb) LANGUAGE plpgsql AS $$
 BEGIN
     IF msg ? 'sleep' THEN
         PERFORM pg_sleep((msg->>'sleep')::float8);
+    END IF;
+    IF msg ? 'gate' THEN
+        PERFORM pg_advisory_xact_lock_shared((msg->>'gate')::bigint);
     END IF;
     INSERT INTO public.handled (n) VALUES ((msg->>'n')::int);
     IF msg ? 'fail' THEN
@@ -288,3 +293,137 @@ def test_cli_validates_options():
     assert result.exit_code == 2
     with pytest.raises(ValueError):
         Worker("x", min_workers=0)
+
+
+# -- several messages per transaction (tx_batch) -------------------------------------------
+
+def send_marked(conn: psycopg.Connection, n: int, marks: dict[int, dict]) -> None:
+    """Messages {"n": 1} ... {"n": n} to queue work (one send_batch), message i with marks[i]
+    merged in."""
+    conn.execute("SELECT pgmq.send_batch('work', (SELECT array_agg(jsonb_build_object('n', g) "
+                 "|| coalesce(%s::jsonb -> g::text, '{}') ORDER BY g) FROM generate_series(1, %s) g))",
+                 (json.dumps({str(k): v for k, v in marks.items()}), n))
+
+
+def per_transaction(conn: psycopg.Connection) -> list[int]:
+    """How many committed callbacks each transaction ran, largest first."""
+    return column(conn, "SELECT count(*) FROM public.handled GROUP BY xid ORDER BY 1 DESC")
+
+
+def test_batches_share_transactions_and_a_failing_callback_fails_alone(conn, dsn):
+    setup_db(conn, retries=2, delay=0)
+    fails = {7, 50, 51, 120}
+    send_marked(conn, 200, {i: {"fail": True} for i in fails})
+    totals = Worker(dsn, min_workers=2, max_workers=2, tx_batch=20).run_until_idle(timeout=60)
+    ok = set(range(1, 201)) - fails
+    assert_exactly_once(conn, ok)  # the failing callbacks' batch-mates committed, once each
+    assert (totals.done, totals.failed, totals.errors) == (len(ok), 3 * len(fails), 0)
+    sizes = per_transaction(conn)
+    assert sizes[0] <= 20  # tx_batch bounds a transaction
+    assert len(sizes) < len(ok) / 4  # most callbacks shared their transaction with others
+    dead = conn.execute("SELECT (message->>'n')::int, headers->'x-pgmq-dead-letter' FROM pgmq.q_dead "
+                        "ORDER BY 1").fetchall()
+    assert [n for n, _ in dead] == sorted(fails)
+    assert all(d["reason"] == "callback" and d["attempts"] == 3 for _, d in dead)
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_work") == 0
+
+
+def test_tx_batch_1_commits_each_message(cb, dsn, events):
+    logger, ev = events
+    send_n(cb, "work", 60)
+    totals = Worker(dsn, min_workers=2, tx_batch=1, logger=logger).run_until_idle(timeout=30)
+    assert totals.done == 60
+    assert_exactly_once(cb, set(range(1, 61)))
+    assert per_transaction(cb) == [1] * 60
+    assert next(f for e, f in ev.seen if e == "started")["tx_batch"] == 1
+
+
+def test_stop_commits_the_batch_in_flight_and_the_totals_match(cb, dsn):
+    send_n(cb, "work", 6000)
+    w = Worker(dsn).start()
+    try:
+        wait_for(lambda: w.totals.done >= 300, what="progress")
+    finally:
+        asked = time.monotonic()
+        totals = w.stop()
+    assert time.monotonic() - asked < 2.0
+    handled = column(cb, "SELECT n FROM public.handled")
+    left = column(cb, "SELECT (message->>'n')::int FROM pgmq.q_work")
+    assert totals.done == len(handled) and totals.failed == totals.errors == 0  # commits only
+    assert left, "stopped before the queue drained"
+    assert sorted(handled + left) == list(range(1, 6001))  # nothing lost, nothing twice
+    assert 1 < per_transaction(cb)[0] <= 20  # default tx_batch
+
+
+def test_terminated_backend_mid_batch_loses_nothing_and_counts_one_failure_each(conn, connect, dsn,
+                                                                                events):
+    logger, ev = events
+    setup_db(conn, retries=3, delay=3)
+    send_marked(conn, 40, {25: {"gate": 4242}})
+    holder = connect()
+    holder.execute("SELECT pg_advisory_lock(4242)")  # message 25's callback waits for it
+    w = Worker(dsn, min_workers=1, max_workers=1, tx_batch=20, naptime_ms=50, logger=logger).start()
+    try:
+        blocked = "FROM pg_stat_activity WHERE application_name = 'pgmq-worker' AND wait_event = 'advisory'"
+        wait_for(lambda: scalar(conn, f"SELECT count(*) {blocked}") == 1, what="message 25 in flight")
+        pid = scalar(conn, f"SELECT pid {blocked}")
+        # the batch in flight: the messages its transaction deleted (done) or still holds (25)
+        batch = column(conn, "SELECT (message->>'n')::int FROM pgmq.q_work WHERE xmax = "
+                             "(SELECT backend_xid FROM pg_stat_activity WHERE pid = %s) ORDER BY 1",
+                       (pid,))
+        assert 25 in batch and len(batch) >= 2, batch
+        assert not set(batch) & set(column(conn, "SELECT n FROM public.handled"))  # uncommitted
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        holder.execute("SELECT pg_advisory_unlock(4242)")
+        # the whole batch comes back, one failed delivery counted for each of its messages,
+        # visible again after the retry delay
+        wait_for(lambda: column(conn, "SELECT read_ct FROM pgmq.q_work WHERE (message->>'n')::int "
+                                      "= ANY(%s) AND vt > now()", (batch,)) == [1] * len(batch),
+                 what="the lost batch settled")
+        wait_for(lambda: w.totals.done == 40, timeout=30, what="the queue to drain")
+    finally:
+        w.stop()
+    assert_exactly_once(conn, set(range(1, 41)))
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_work") == 0
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_dead") == 0
+    assert (w.totals.failed, w.totals.errors) == (0, 1)  # done == 40: the lost batch once
+    lost = [f for e, f in ev.seen if e == "disconnected" and f.get("queue") == "work"]
+    assert len(lost) == 1 and lost[0]["tx_batch"] >= len(batch)
+
+
+def test_an_error_outside_the_callback_rolls_back_its_batch_then_fails_alone(conn, dsn, events):
+    # statement_timeout (57014) is not caught by _dispatch_one's exception block: it aborts the
+    # whole statement. The batch-mates come back with one failed delivery each; the worker then
+    # commits that queue one message at a time, so message 15 times out alone and is
+    # dead-lettered without taking the others with it.
+    logger, ev = events
+    setup_db(conn, retries=1, delay=0)
+    send_marked(conn, 30, {15: {"sleep": 2}})
+    w = Worker(f"{dsn} options='-c statement_timeout=500'", min_workers=1, max_workers=1,
+               tx_batch=20, naptime_ms=50, refresh_interval=0.3, logger=logger).start()
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM pgmq.q_dead") == 1, timeout=30,
+                 what="message 15 dead-lettered")
+        wait_for(lambda: w.totals.done == 29, what="the others")
+    finally:
+        w.stop()
+    assert_exactly_once(conn, set(range(1, 31)) - {15})
+    dl = scalar(conn, "SELECT headers->'x-pgmq-dead-letter' FROM pgmq.q_dead")
+    assert dl["reason"] == "rollback" and dl["attempts"] == 2
+    assert scalar(conn, "SELECT (message->>'n')::int FROM pgmq.q_dead") == 15
+    errors = [f for e, f in ev.seen if e == "dispatch_error"]
+    assert [f["sqlstate"] for f in errors] == ["57014", "57014"]
+    assert errors[0]["tx_batch"] > 1 and errors[1]["tx_batch"] == 1  # then one at a time
+    assert (w.totals.errors, w.totals.failed) == (2, 0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1001, 2.5, "5", True, None])
+def test_bad_tx_batch_is_refused(bad):
+    with pytest.raises(ValueError, match=r"tx_batch must be an integer from 1 to 1000"):
+        Worker("x", tx_batch=bad)
+
+
+@pytest.mark.parametrize("bad", ["0", "1001", "many"])
+def test_cli_refuses_a_bad_tx_batch(bad):
+    result = CliRunner().invoke(main, ["worker", "--dsn", "x", "--tx-batch", bad])
+    assert result.exit_code == 2 and "--tx-batch" in result.output

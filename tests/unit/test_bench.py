@@ -219,3 +219,23 @@ def test_upstream_sql_pip_installs_the_package_when_missing(monkeypatch):
     monkeypatch.setattr(bench_run.subprocess, "run", lambda cmd, check: calls.append(cmd))
     assert bench_run.upstream_pgmq_sql() == ("1.13.0", "CREATE SCHEMA pgmq;")
     assert calls == [[bench_run.sys.executable, "-m", "pip", "install", "-q", UPSTREAM_PACKAGE]]
+
+
+def test_the_worker_row_runs_the_real_worker_with_its_default_pool_on_ours_only():
+    from pgmq_build.bench import workloads
+    from pgmq_build.worker import MIN_WORKERS
+
+    w = BY_NAME["worker"]
+    assert w.runner is workloads.run_worker_pool and w.clients == (MIN_WORKERS,)
+    assert w.consumes and not w.raw and not w.upstream and w.unit == "callbacks"
+    bench = bench_run.Bench({s: None for s in SYSTEMS}, {}, None, None, 1.0, 1, 0)
+    assert bench.systems_for(w) == [OURS]
+    assert bench.systems_for(BY_NAME["worker_dispatch"]) == [RAW, OURS]
+    assert bench.runner(w) is workloads.run_worker_pool
+    with pytest.raises(RuntimeError, match="runner"):
+        w.op(OURS)(None)
+    cell = Cell("worker", MIN_WORKERS, unit="callbacks", systems=[OURS],
+                segments=[_seg(OURS, 5000, 1_500_000, 2_000_000)])
+    assert _row(format_table([cell], (RAW, OURS)), "worker") == [
+        "worker", "3", NOT_APPLICABLE, "300.0", NOT_APPLICABLE, NOT_APPLICABLE, "400",
+        NOT_APPLICABLE, "5,000"]

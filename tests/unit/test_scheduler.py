@@ -16,6 +16,7 @@ from pgmq_build.worker import (
     _connect_failed_level,
     _jittered,
     _next_backoff,
+    _next_tx_size,
     _retirement,
     _Scheduler,
     _should_grow,
@@ -321,3 +322,15 @@ def test_worker_deduplicates_fixed_queues_in_order():
     w = Worker("host=/nonexistent", ["b", "a", "b"])
     assert w.fixed_queues == ["b", "a"]
     assert w.naptime == pytest.approx(0.15)
+
+
+def test_tx_size_doubles_up_to_what_fits_in_the_target_and_the_cap():
+    assert _next_tx_size(1, 1, 0.001, cap=20) == 2  # fast: at most twice the last
+    assert _next_tx_size(16, 16, 0.016, cap=20) == 20  # never above tx_batch
+    assert _next_tx_size(50, 50, 0.001, cap=10) == 10
+    assert _next_tx_size(8, 8, 0.2, cap=20, target=0.05) == 2  # 25 ms each: two fit in 50 ms
+    assert _next_tx_size(8, 3, 0.3, cap=20, target=0.05) == 1  # 100 ms each: one per transaction
+    assert _next_tx_size(1, 1, 2.0, cap=20) == 1  # a slow callback keeps its own transaction
+    assert _next_tx_size(4, 4, 0.0, cap=20) == 8  # the clock did not move: as fast as can be
+    assert _next_tx_size(4, 0, 0.1, cap=20) == 4  # nothing dispatched: nothing learned
+    assert _next_tx_size(30, 0, 0.1, cap=20) == 20
