@@ -3224,8 +3224,7 @@ BEGIN
     IF v_msg.msg_id IS NULL THEN
         RETURN NULL;
     END IF;
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
-    USING v_msg.msg_id;
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
     RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
             v_msg.message, v_msg.headers)::pgmq.message_record;
@@ -7549,8 +7548,7 @@ BEGIN
     END;
     -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
     -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
-    EXECUTE format('DELETE FROM pgmq.%I WHERE msg_id = $1', pgmq._format_table_name(queue_name, 'q'))
-    USING v_msg.msg_id;
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     RETURN 'done';
 END;
 $fn$;

@@ -18,6 +18,8 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- replace: pgmq.delete(text, bigint)
 -- replace: pgmq.archive(text, bigint[])
 -- replace: pgmq.set_vt(text, bigint[], timestamp with time zone)
+-- replace: pgmq._take_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq._dispatch_one(text)
 -- new: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 -- new: pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 -- new: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
@@ -1280,6 +1282,88 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths();
     END IF;
     RETURN NULL;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._take_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_msg pgmq.message_record;
+BEGIN
+    v_msg := pgmq._claim_message(queue_name, hfilter, pfilter, only_msg_id, kinds);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
+    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+            v_msg.message, v_msg.headers)::pgmq.message_record;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_registrant name;
+    v_runner     text;
+    v_fn         regprocedure;
+    v_msg        pgmq.message_record;
+    v_error      text;
+BEGIN
+    SELECT c.registrant INTO v_registrant
+    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    -- The callback runs as its registrant, through the registrant's runner: only a dispatcher
+    -- that may act as that role runs it, and only through an unaltered runner. Checked before a
+    -- message is claimed, so a refusal counts no attempt.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+       OR NOT pg_catalog.pg_has_role(current_user, v_registrant, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run the callbacks of queue "%s", registered by role "%s"',
+                             current_user, queue_name, v_registrant),
+            HINT = 'Callbacks run with their registrant''s rights: dispatch as that role, or as a member of it.';
+    END IF;
+    v_runner := '_callback_as_' || md5(v_registrant);
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        -- missing (its owner dropped it) or altered by its owner
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    END IF;
+    IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run the callbacks of role "%s"', current_user, v_registrant);
+    END IF;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        RETURN 'failed';
+    END;
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    RETURN 'done';
 END;
 $fn$;
 
