@@ -1097,8 +1097,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -1110,12 +1109,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -1180,8 +1181,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -1193,12 +1193,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -1415,7 +1417,7 @@ $fn$;
 
 
 -- _static_read_judged: the read_judged statement of each known queue.
-CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1429,7 +1431,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -1442,7 +1444,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -1484,8 +1486,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -1531,7 +1533,7 @@ $fn$;
 
 
 -- _static_pop_judged: the pop_judged statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1545,7 +1547,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -1558,7 +1560,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -1599,8 +1601,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -1897,7 +1899,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1911,7 +1913,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -1924,7 +1926,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -1966,8 +1968,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -1983,7 +1985,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -2030,7 +2032,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -2095,7 +2097,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2109,7 +2111,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2122,7 +2124,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -2163,8 +2165,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -2180,7 +2182,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -2226,7 +2228,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

@@ -23,9 +23,9 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- new: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 -- new: pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 -- new: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
--- new: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+-- new: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- new: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
--- new: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+-- new: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- new: pgmq._static_delete(bigint[], text)
 -- new: pgmq._static_delete_one(bigint, text)
 -- new: pgmq._static_archive(bigint[], text)
@@ -109,8 +109,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -122,12 +121,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 
@@ -163,8 +164,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -176,12 +176,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 
@@ -332,7 +334,7 @@ BEGIN
 END;
 $fn$;
 
-CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -346,7 +348,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -359,7 +361,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -401,8 +403,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -444,7 +446,7 @@ BEGIN
 END;
 $fn$;
 
-CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -458,7 +460,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -471,7 +473,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -512,8 +514,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -794,7 +796,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -808,7 +810,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -821,7 +823,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -863,8 +865,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -880,7 +882,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -927,7 +929,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -992,7 +994,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1006,7 +1008,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -1019,7 +1021,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -1060,8 +1062,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -1077,7 +1079,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -1123,7 +1125,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

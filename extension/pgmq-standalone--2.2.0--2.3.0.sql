@@ -51,9 +51,9 @@ $check$;
 -- new: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 -- new: pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 -- new: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
--- new: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+-- new: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- new: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
--- new: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+-- new: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- new: pgmq._static_delete(bigint[], text)
 -- new: pgmq._static_delete_one(bigint, text)
 -- new: pgmq._static_archive(bigint[], text)
@@ -137,8 +137,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -150,12 +149,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 
@@ -191,8 +192,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay,
-                   format('pgmq.%I', v_qtable)::regclass::oid::bigint, queue_name)
+                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                     vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
@@ -204,12 +204,14 @@ BEGIN
             v_dead_ids := v_dead_ids || v_r.msg_id;
         END IF;
     END LOOP;
-    FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-               FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-        PERFORM pgmq._dead_letter(queue_name,
-            ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-            v_i.reason);
-    END LOOP;
+    IF cardinality(v_dead) > 0 THEN
+        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+            PERFORM pgmq._dead_letter(queue_name,
+                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                v_i.reason);
+        END LOOP;
+    END IF;
 END;
 $fn$;
 
@@ -360,7 +362,7 @@ BEGIN
 END;
 $fn$;
 
-CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -374,7 +376,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -387,7 +389,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -429,8 +431,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -472,7 +474,7 @@ BEGIN
 END;
 $fn$;
 
-CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+CREATE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -486,7 +488,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -499,7 +501,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -540,8 +542,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $fn$;
@@ -822,7 +824,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -836,7 +838,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -849,7 +851,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -891,8 +893,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -908,7 +910,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -955,7 +957,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -1020,7 +1022,7 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, bigint, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1034,7 +1036,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($12);
+        PERFORM pgmq._rebuild_static_paths($11);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -1047,7 +1049,7 @@ BEGIN
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
-        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), picked AS (
         -- then each claimed row is judged and locked
@@ -1088,8 +1090,8 @@ BEGIN
     FROM judged j
     WHERE j.reason IS NOT NULL
     ORDER BY 9, 1
-    $q$, pgmq._format_table_name($12, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11;
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
 $path$;',
@@ -1105,7 +1107,7 @@ $path$;',
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
-    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $11::bigint))
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), picked AS (
     -- then each claimed row is judged and locked
@@ -1151,7 +1153,7 @@ RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$12')),
+            '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

@@ -85,6 +85,13 @@ def reset_queue(conn: psycopg.Connection, side: str) -> None:
         _create_raw_table(conn, RAW_TABLE)
 
 
+def reset_retry_queue(conn: psycopg.Connection, side: str) -> None:
+    """reset_queue, then (pgmq) a retry policy: every take is judged by the delivery rules."""
+    reset_queue(conn, side)
+    if side == PGMQ:
+        conn.execute("SELECT pgmq.set_retry_policy(%s, 5)", (QUEUE,))
+
+
 def fill_queue(conn: psycopg.Connection, side: str, n: int) -> None:
     """Put n visible messages in the queue (pgmq: through send_batch, in chunks), then VACUUM
     ANALYZE so both sides start from a table with fresh statistics and visibility map."""
@@ -429,6 +436,11 @@ WORKLOADS: list[Workload] = [
              BATCH, pgmq_read_delete_batch, raw_consume_batch, consumes=True),
     Workload("pop", "pgmq.pop(q) | DELETE ... LIMIT 1 SKIP LOCKED",
              1, pgmq_pop, raw_consume_one, consumes=True),
+    # the same on a queue with a retry policy (a feature on: compare with the rows above)
+    Workload("read_delete_retry", "read_delete on a queue with set_retry_policy(q, 5) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_read_delete, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
+    Workload("pop_retry", "pop on a queue with set_retry_policy(q, 5) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_pop, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
     *(Workload(name, f"pgmq.{fn}(q, 30, {FIFO_BATCH}) + pgmq.delete(q, ids[]), {FIFO_GROUPS} groups, "
                f"create_fifo_index | DELETE ... LIMIT {FIFO_BATCH} SKIP LOCKED, no groups",
                FIFO_BATCH, _pgmq_read_fn_delete(fn), raw_consume_fifo_batch, consumes=True,
