@@ -87,7 +87,7 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
     if unknown:
         raise ValueError(f"unknown path(s) {sorted(unknown)}; available: {', '.join(PATHS)}")
     wanted = set(only or PATHS)
-    own = spark is None
+    own = spark is None and bool(wanted - {"raw_copy"})  # the baseline runs without Spark
     if own:
         spark = local_session("pgmq-spark-bench", cores=partitions)
     conn = psycopg.connect(dsn, autocommit=True)
@@ -176,6 +176,8 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
                   "into a plain table LIKE the queue table (same indexes)", rows, raw_reset,
                   raw_copy, raw_check)
             conn.execute(f"DROP TABLE {RAW_TABLE}")
+        if wanted == {"raw_copy"}:
+            return results
         big, small = _messages(spark, rows), _messages(spark, WARMUP_ROWS)
         writes = [
             ("publish", "spark publish (COPY)", {}, "df.write.format('pgmq'): Arrow -> binary "

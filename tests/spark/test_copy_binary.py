@@ -289,3 +289,19 @@ def test_commit_refuses_a_partial_or_padded_job(dsn, info, sql):
     assert staging.commit_staged(dsn, staging.DEFAULT_STAGING_TABLE, "job2", [("p1", 3)],
                                  target) == (True, 3)
     assert sql("SELECT count(*) FROM pgmq.q_b") == [(3,)]
+
+
+def test_bench_raw_copy_baseline(dsn, spark):
+    import csv
+    import io
+
+    from pgmq_build.bench import spark as bench
+
+    # the baseline COPYs the very messages the Spark rows publish
+    raw = [row[1] for row in csv.reader(io.StringIO(bench._raw_copy_data(3).decode()))]
+    assert raw == [r.message for r in bench._messages(spark, 3).orderBy("message").collect()]
+    results = bench.run(dsn, rows=3000, only=("raw_copy",), repeat=2, log=lambda _: None)
+    assert [(r.name, r.rows) for r in results] == [("raw COPY (no Spark)", 3000)]
+    assert "median of 2" in results[0].description
+    with pytest.raises(ValueError, match="unknown"):
+        bench.run(dsn, only=("nope",))
