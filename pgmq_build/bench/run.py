@@ -648,8 +648,8 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         print(f"n/a: {name} on {s}: {why}")
     print()
     if spark_results:
-        print("Spark connector on local[2], ours only (rows/s, no baseline: the COPY path is the "
-              "server's own rate):")
+        print("Spark connector on local[2], ours only (rows/s; the raw COPY row is the baseline "
+              "without Spark, on the same server in the same run):")
         for r in spark_results:
             print(f"  {r.name:<30} {r.rows_per_s:>10,.0f} rows/s  ({r.rows:,} rows, {r.seconds:.2f} s)  "
                   f"{r.description}")

@@ -1,23 +1,30 @@
 """Spark publish and consume throughput (rows/s) for `make bench`.
 
-    python3 -m pgmq_build.bench.spark [--dsn DSN] [--rows 200000] [--json out.json]
+    python3 -m pgmq_build.bench.spark [--dsn DSN] [--rows 200000] [--repeat 1]
+                                      [--only raw_copy,publish,...] [--json out.json]
 
 ``run(dsn, rows)`` returns one :class:`Result` per path; every path is warmed up with a small
 run first (the first Python data-source operation of a session pays worker start-up, pyarrow
-import and JIT: seconds), then timed once on ``rows`` messages of ~100 bytes of JSON. Timings
-include Spark's job scheduling; the streaming one includes the query's start and its last
-(empty) trigger. Without --dsn a throwaway server is started (fsync=off, which flatters writes).
+import and JIT: seconds), then timed ``repeat`` times (the median is reported) on ``rows``
+messages of ~100 bytes of JSON. Timings include Spark's job scheduling; the streaming one
+includes the query's start and its last (empty) trigger. The first row, ``raw COPY``, is the
+baseline without Spark: the same messages COPYed (CSV, prepared beforehand, one connection)
+into a plain table made ``LIKE`` the queue table (same columns, identity, defaults and indexes),
+in the same run. Without --dsn a throwaway server is started (fsync=off, which flatters writes).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 
 import psycopg
 
@@ -26,7 +33,11 @@ from ..spark import ack, consume
 from ..spark._session import local_session
 
 QUEUE = "bench_spark"
+RAW_TABLE = "bench_spark_raw"  # the raw COPY baseline's table, LIKE the queue table
 WARMUP_ROWS = 2_000
+# --only names of the paths, in the order they run
+PATHS = ("raw_copy", "publish", "publish_send", "publish_exactly_once", "snapshot", "stream",
+         "claim")
 
 
 @dataclass(frozen=True)
@@ -56,14 +67,31 @@ def _messages(spark, rows: int):
     return df
 
 
+def _raw_copy_data(rows: int, first: int = 0) -> bytes:
+    """CSV (vt, message) rows with the same JSON as _messages (what Spark's to_json writes)."""
+    buf = io.StringIO()
+    note = "x" * 48
+    vt = datetime.now(timezone.utc).isoformat()
+    for i in range(first, first + rows):
+        msg = f'{{"order_id":{i},"customer":"c-42","items":[1,2,3],"note":"{note}"}}'
+        buf.write(vt + ',"' + msg.replace('"', '""') + '"\n')
+    return buf.getvalue().encode()
+
+
 def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = print,
-        partitions: int = 2) -> list[Result]:
-    """Measure every path against the database at ``dsn`` (pgmq installed). Uses and drops the
-    queue bench_spark."""
-    own = spark is None
+        partitions: int = 2, repeat: int = 1, only: tuple[str, ...] | None = None) -> list[Result]:
+    """Measure every path (or those named in ``only``, see PATHS) against the database at
+    ``dsn`` (pgmq installed), each ``repeat`` times (median). Uses and drops the queue
+    bench_spark and the table bench_spark_raw."""
+    unknown = set(only or ()) - set(PATHS)
+    if unknown:
+        raise ValueError(f"unknown path(s) {sorted(unknown)}; available: {', '.join(PATHS)}")
+    wanted = set(only or PATHS)
+    own = spark is None and bool(wanted - {"raw_copy"})  # the baseline runs without Spark
     if own:
         spark = local_session("pgmq-spark-bench", cores=partitions)
     conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
     conn.execute("SELECT pgmq.drop_queue(%s)", (QUEUE,)) if conn.execute(
         "SELECT 1 FROM pgmq.meta WHERE queue_name = %s", (QUEUE,)).fetchone() else None
     conn.execute("SELECT pgmq.create(%s)", (QUEUE,))
@@ -72,6 +100,20 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
         conn.execute("SELECT pgmq.purge_queue(%s)", (QUEUE,))
         conn.execute(f"TRUNCATE pgmq.a_{QUEUE}")
         conn.execute(f"VACUUM ANALYZE pgmq.q_{QUEUE}")
+
+    def timed(name: str, desc: str, n: int, prepare: Callable[[], None], fn: Callable[[], None],
+              check: Callable[[], None]) -> None:
+        took: list[float] = []
+        for _ in range(repeat):
+            prepare()
+            t = time.monotonic()
+            fn()
+            took.append(time.monotonic() - t)
+            check()
+        runs = "" if repeat == 1 else (f" (median of {repeat}: "
+                                       + ", ".join(f"{n / x:,.0f}" for x in took) + ")")
+        results.append(Result(name, n, statistics.median(took), desc + runs))
+        log(f"{name}: {n / statistics.median(took):,.0f} rows/s{runs}")
 
     def fill(n: int) -> None:
         reset()
@@ -110,47 +152,73 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
 
     results: list[Result] = []
     try:
+        if "raw_copy" in wanted:
+            conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+            conn.execute(f"CREATE TABLE {RAW_TABLE} (LIKE pgmq.q_{QUEUE} INCLUDING ALL)")
+            data = _raw_copy_data(rows)
+
+            def raw_reset() -> None:
+                conn.execute(f"TRUNCATE {RAW_TABLE}")
+                conn.execute(f"VACUUM ANALYZE {RAW_TABLE}")
+
+            def raw_copy(payload: bytes = data) -> None:
+                with conn.cursor().copy(f"COPY {RAW_TABLE} (vt, message) FROM STDIN (FORMAT csv)") as cp:
+                    cp.write(payload)
+
+            def raw_check() -> None:
+                got = conn.execute(f"SELECT count(*) FROM {RAW_TABLE}").fetchone()[0]
+                if got != rows:
+                    raise RuntimeError(f"raw COPY: {got} rows in {RAW_TABLE}, expected {rows}")
+
+            raw_reset()
+            raw_copy(_raw_copy_data(WARMUP_ROWS))
+            timed("raw COPY (no Spark)", "baseline: one connection, COPY csv of prepared rows "
+                  "into a plain table LIKE the queue table (same indexes)", rows, raw_reset,
+                  raw_copy, raw_check)
+            conn.execute(f"DROP TABLE {RAW_TABLE}")
+        if wanted == {"raw_copy"}:
+            return results
         big, small = _messages(spark, rows), _messages(spark, WARMUP_ROWS)
         writes = [
-            ("spark publish (COPY)", {}, "df.write.format('pgmq'): Arrow -> CSV -> COPY, "
-                                         "one transaction per task"),
-            ("spark publish (send_batch)", {"writeMode": "send"},
+            ("publish", "spark publish (COPY)", {}, "df.write.format('pgmq'): Arrow -> binary "
+             "COPY, one COPY and one transaction per task"),
+            ("publish_send", "spark publish (send_batch)", {"writeMode": "send"},
              "writeMode=send: every row through pgmq.send_batch"),
-            ("spark publish (exactly-once)", {"exactlyOnce": "true"},
-             "exactlyOnce=true: COPY into staging, one INSERT ... SELECT at commit"),
+            ("publish_exactly_once", "spark publish (exactly-once)", {"exactlyOnce": "true"},
+             "exactlyOnce=true: binary COPY into staging, one INSERT ... SELECT at commit"),
         ]
-        for name, opts, desc in writes:
+        for key, name, opts, desc in writes:
+            if key not in wanted:
+                continue
             reset()
             publish(small, **opts)  # warm-up
-            reset()
-            t = time.monotonic()
-            publish(big, **opts)
-            took = time.monotonic() - t
-            got = count()
-            if got != rows:
-                raise RuntimeError(f"{name}: {got} rows in the queue, expected {rows}")
-            results.append(Result(name, rows, took, desc))
-            log(f"{name}: {rows / took:,.0f} rows/s")
-        reads: list[tuple[str, Callable[[int], None], str, int]] = [
-            ("spark snapshot read", read_snapshot, "spark.read.format('pgmq') -> noop sink "
-             "(COPY csv -> Arrow)", rows),
-            ("spark stream consume", stream_consume, "readStream availableNow, 50k per batch, "
-             "archive on commit -> noop sink", 0),
-            ("spark claim + ack", claim_ack, "consume() (pgmq.read, 2 partitions, "
+
+            def check(name: str = name) -> None:
+                got = count()
+                if got != rows:
+                    raise RuntimeError(f"{name}: {got} rows in the queue, expected {rows}")
+
+            timed(name, desc, rows, reset, lambda opts=opts: publish(big, **opts), check)
+        reads: list[tuple[str, str, Callable[[int], None], str, int]] = [
+            ("snapshot", "spark snapshot read", read_snapshot, "spark.read.format('pgmq') -> "
+             "noop sink (COPY csv -> Arrow)", rows),
+            ("stream", "spark stream consume", stream_consume, "readStream availableNow, 50k per "
+             "batch, archive on commit -> noop sink", 0),
+            ("claim", "spark claim + ack", claim_ack, "consume() (pgmq.read, 2 partitions, "
              "localCheckpoint) + ack(delete)", 0),
         ]
-        for name, fn, desc, left in reads:
+        for key, name, fn, desc, left in reads:
+            if key not in wanted:
+                continue
             fill(WARMUP_ROWS)
             fn(WARMUP_ROWS)
-            fill(rows)
-            t = time.monotonic()
-            fn(rows)
-            took = time.monotonic() - t
-            got = count()
-            if got != left:
-                raise RuntimeError(f"{name}: {got} rows left in the queue, expected {left}")
-            results.append(Result(name, rows, took, desc))
-            log(f"{name}: {rows / took:,.0f} rows/s")
+
+            def check_left(name: str = name, left: int = left) -> None:
+                got = count()
+                if got != left:
+                    raise RuntimeError(f"{name}: {got} rows left in the queue, expected {left}")
+
+            timed(name, desc, rows, lambda: fill(rows), lambda fn=fn: fn(rows), check_left)
     finally:
         conn.execute("SELECT pgmq.drop_queue(%s)", (QUEUE,))
         conn.close()
@@ -163,14 +231,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn")
     ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs per path; the median is "
+                    "reported (default 1)")
+    ap.add_argument("--only", help="comma-separated paths: " + ", ".join(PATHS))
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    only = tuple(x.strip() for x in args.only.split(",") if x.strip()) if args.only else None
+    if only and set(only) - set(PATHS):
+        ap.error(f"unknown path(s) in --only; available: {', '.join(PATHS)}")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     def go(dsn: str) -> list[Result]:
-        return run(dsn, args.rows, log=log)
+        return run(dsn, args.rows, log=log, repeat=args.repeat, only=only)
 
     if args.dsn:
         results = go(args.dsn)

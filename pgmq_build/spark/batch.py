@@ -1,5 +1,5 @@
 """Batch reading (non-destructive snapshot by msg_id ranges, and the claim used by consume()) and
-batch publishing (Arrow -> CSV -> COPY, at-least-once per task or exactly-once per job)."""
+batch publishing (Arrow -> binary COPY, at-least-once per task or exactly-once per job)."""
 
 from __future__ import annotations
 
@@ -129,20 +129,20 @@ def publish_task(spec: WriteSpec, target: publishing.Target, batches: Iterator[p
     rows = 0
     with connect(spec.dsn) as conn, conn.cursor() as cur:
         clock = publishing.Clock(cur)
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            enc = publishing.encode(batch, spec.columns, clock.now(), routed=spec.routed)
-            if job_id is not None:
-                rows += staging.stage_rows(cur, spec.staging_table, job_id, part_id, rows, enc)
-            elif spec.routed:
+        encoded = (publishing.encode(batch, spec.columns, clock.now(), routed=spec.routed)
+                   for batch in batches if batch.num_rows)
+        if job_id is not None:
+            rows = staging.stage_task(cur, spec.staging_table, job_id, part_id, encoded)
+        elif spec.routed:
+            for enc in encoded:
                 rows += publishing.route_rows(cur, enc, spec.exchange, spec.allow_unroutable)
-            elif spec.write_mode == "send":
-                assert target.queue is not None
+        elif spec.write_mode == "send":
+            assert target.queue is not None
+            for enc in encoded:
                 rows += publishing.send_batch_rows(cur, target.queue.queue, enc)
-            else:
-                assert target.queue is not None
-                rows += publishing.copy_rows(cur, target.queue, enc)
+        else:
+            assert target.queue is not None
+            rows = publishing.copy_task(cur, target.queue, encoded)
         conn.commit()
     return Published(part_id, rows)
 

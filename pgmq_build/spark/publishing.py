@@ -12,23 +12,24 @@ stage the encoded rows first (staging.py).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 from psycopg import sql
 
 from .. import headers as pgmq_headers
+from . import copybinary
 from .connections import QueueInfo
 from .errors import PgmqSparkError
 
@@ -150,6 +151,63 @@ def _header_info(text: str | None) -> tuple[bool, int]:
     return True, 0  # a string, float or out-of-range value: the server decides
 
 
+_EMPTY_OBJECT = r"^\s*\{\s*\}\s*$"
+_NONEMPTY_OBJECT = r"^\s*\{\s*\S[\s\S]*\}\s*$"
+
+
+def _merge_priority(batch: pa.RecordBatch, column: str, headers: pa.Array, suspect: pa.Array,
+                    priority: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """Put a priority column's non-zero values into the headers as x-pgmq-priority, and into
+    ``priority`` (changed in place). Returns the headers and the rows still to check in Python.
+
+    Vectorized for the usual rows: no headers (or ``{}``) get ``{"x-pgmq-priority":p}``; a
+    headers object that mentions no x-pgmq- key (and no escape) gets the key appended before its
+    closing brace. The other rows (headers that are not an object, or already carry x-pgmq-
+    keys, or an int64 priority outside int32) are merged in Python, as parsed JSON."""
+    prio = _column(batch, column, "priority")
+    if not pa.types.is_integer(prio.type):
+        raise PgmqSparkError(f"the priority column must be an integer column, not {prio.type}")
+    nonzero = pc.fill_null(pc.not_equal(prio, 0), False)
+    if not pc.any(nonzero).as_py():
+        return headers, suspect
+    in_range = pc.fill_null(pc.and_(pc.greater_equal(prio, INT32_MIN),
+                                    pc.less_equal(prio, INT32_MAX)), False)
+    usual = pc.and_(nonzero, in_range)
+    empty = pc.fill_null(pc.or_(pc.is_null(headers), pc.match_substring_regex(headers, _EMPTY_OBJECT)),
+                         True)
+    plain_object = pc.and_(pc.fill_null(pc.match_substring_regex(headers, _NONEMPTY_OBJECT), False),
+                           pc.invert(suspect))
+    as_new = pc.and_(usual, empty)
+    appended = pc.and_(pc.and_(usual, plain_object), pc.invert(empty))
+    fast = pc.or_(as_new, appended)
+    value = pc.fill_null(prio, 0).cast(pa.string())
+    key = f'"{PRIORITY_HEADER}":'
+    head = pc.utf8_slice_codeunits(pc.utf8_rtrim_whitespace(pc.fill_null(headers, "{}")), 0, -1)
+    merged = pc.case_when(pc.make_struct(as_new, appended),
+                          pc.binary_join_element_wise("{" + key, value, "}", ""),
+                          pc.binary_join_element_wise(head, "," + key, value, "}", ""),
+                          headers)
+    fast_np = np.asarray(fast)
+    priority[fast_np] = np.asarray(pc.fill_null(prio, 0))[fast_np]
+    slow = pc.and_(nonzero, pc.invert(fast))
+    idx = pc.indices_nonzero(slow).to_pylist()
+    if idx:
+        rows = pa.array(idx, pa.int64())
+        texts = headers.take(rows).to_pylist()
+        values = prio.take(rows).to_pylist()
+        out: list[str] = []
+        for h, p in zip(texts, values, strict=True):
+            d = {} if h is None else json.loads(h)
+            if d is None:
+                d = {}
+            if not isinstance(d, dict):
+                raise PgmqSparkError("headers must be JSON objects to carry a priority")
+            d[PRIORITY_HEADER] = int(p)
+            out.append(json.dumps(d, separators=(",", ":")))
+        merged = pc.replace_with_mask(merged, slow, pa.array(out, merged.type))
+    return merged, pc.or_(pc.and_(suspect, pc.invert(fast)), slow)
+
+
 def encode(batch: pa.RecordBatch, cols: Columns, base: datetime, *, routed: bool) -> Encoded:
     """Turn one input batch into message/headers text, visibility times and priorities.
 
@@ -167,32 +225,16 @@ def encode(batch: pa.RecordBatch, cols: Columns, base: datetime, *, routed: bool
     else:
         headers = pa.nulls(n, pa.string())
 
+    # Rows whose headers mention x-pgmq- (or contain escapes) may be special: parsed in Python.
+    suspect = pc.fill_null(pc.or_(pc.match_substring(headers, "x-pgmq-"),
+                                  pc.match_substring(headers, "\\u")), False)
+    priority = np.zeros(n, np.int32)
     if cols.priority:
-        prio = _column(batch, cols.priority, "priority")
-        if not pa.types.is_integer(prio.type):
-            raise PgmqSparkError(f"the priority column must be an integer column, not {prio.type}")
-        prios = prio.to_pylist()
-        htexts = headers.to_pylist()
-        merged: list[str | None] = []
-        for h, p in zip(htexts, prios, strict=True):
-            if p is None or p == 0:
-                merged.append(h)
-                continue
-            d = {} if h is None else json.loads(h)
-            if d is None:
-                d = {}
-            if not isinstance(d, dict):
-                raise PgmqSparkError("headers must be JSON objects to carry a priority")
-            d[PRIORITY_HEADER] = int(p)
-            merged.append(json.dumps(d, separators=(",", ":")))
-        headers = pa.array(merged, pa.string())
+        headers, suspect = _merge_priority(batch, cols.priority, headers, suspect, priority)
 
-    # Only rows whose headers mention x-pgmq- (or contain escapes) can be special.
     special: list[int] = []
-    priority = [0] * n
     if headers.null_count < n:
-        suspect = pc.or_(pc.match_substring(headers, "x-pgmq-"), pc.match_substring(headers, "\\u"))
-        idx = pc.indices_nonzero(pc.fill_null(suspect, False)).to_pylist()
+        idx = pc.indices_nonzero(suspect).to_pylist()
         htexts = headers.take(pa.array(idx, pa.int64())).to_pylist() if idx else []
         for i, text in zip(idx, htexts, strict=True):
             is_special, p = _header_info(text)
@@ -232,14 +274,8 @@ def encode(batch: pa.RecordBatch, cols: Columns, base: datetime, *, routed: bool
         routing_key = _column(batch, cols.routing_key, "routingKey").cast(pa.string())
         if routing_key.null_count:
             raise PgmqSparkError("the routing key column has null values")
-    return Encoded(message, headers, vt.cast(_TS), pa.array(priority, pa.int32()), special,
+    return Encoded(message, headers, vt.cast(_TS), pa.array(priority), special,
                    delay_s, routing_key)
-
-
-def csv_bytes(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=False))
-    return buf.getvalue()
 
 
 def server_now(cur: psycopg.Cursor) -> datetime:
@@ -303,27 +339,51 @@ def send_batch_rows(cur: psycopg.Cursor, queue: str, enc: Encoded) -> int:
     return n
 
 
-def copy_rows(cur: psycopg.Cursor, info: QueueInfo, enc: Encoded) -> int:
-    """The plain rows by COPY into the queue table (priority set as the extension's inserts set
-    it); the special ones through pgmq.send. One transaction is the caller's."""
-    n = enc.num_rows
-    if enc.special:
-        keep = sorted(set(range(n)) - set(enc.special))
-        plain = pa.table({"vt": _take(enc.vt, keep), "message": _take(enc.message, keep),
-                          "headers": _take(enc.headers, keep),
-                          "priority": _take(enc.priority, keep)})
-    else:
-        plain = pa.table({"vt": enc.vt, "message": enc.message, "headers": enc.headers,
-                          "priority": enc.priority})
+QUEUE_COPY_COLUMNS = "(vt, message, headers, priority)"
+
+
+def queue_copy_data(enc: Encoded) -> pa.Buffer:
+    """Binary COPY rows for a queue table's (vt, message, headers, priority)."""
+    return copybinary.rows([(enc.vt, copybinary.TIMESTAMPTZ), (enc.message, copybinary.JSONB),
+                            (enc.headers, copybinary.JSONB), (enc.priority, copybinary.INT4)])
+
+
+def subset(enc: Encoded, idx: list[int] | np.ndarray) -> Encoded:
+    """The rows ``idx`` of an encoded batch, with an empty ``special`` list."""
+    ix = pa.array(idx, pa.int64())
+    return Encoded(enc.message.take(ix), enc.headers.take(ix), enc.vt.take(ix),
+                   enc.priority.take(ix), [],
+                   None if enc.delay_s is None else enc.delay_s.take(ix),
+                   None if enc.routing_key is None else enc.routing_key.take(ix))
+
+
+def copy_task(cur: psycopg.Cursor, info: QueueInfo, batches: Iterable[Encoded]) -> int:
+    """Every batch of a task into the queue table through one ``COPY ... (FORMAT binary)``
+    (priority set as the extension's inserts set it); the special rows are kept and go through
+    pgmq.send once the COPY is done, so they get msg_ids after the task's plain rows. One
+    transaction is the caller's."""
+    later: list[Encoded] = []
     done = 0
-    if plain.num_rows:
-        stmt = sql.SQL("COPY {} (vt, message, headers, priority) FROM STDIN (FORMAT csv)").format(info.q)
-        with cur.copy(stmt) as copy:
-            copy.write(csv_bytes(plain))
-        done += plain.num_rows
-    if enc.special:
-        done += send_rows(cur, info.queue, enc, enc.special)
+    stmt = sql.SQL("COPY {} " + QUEUE_COPY_COLUMNS + " FROM STDIN (FORMAT binary)").format(info.q)
+    with cur.copy(stmt) as copy:
+        copy.write(copybinary.SIGNATURE)
+        for enc in batches:
+            plain = enc
+            if enc.special:
+                plain = subset(enc, np.setdiff1d(np.arange(enc.num_rows), enc.special))
+                later.append(subset(enc, enc.special))
+            if plain.num_rows:
+                copy.write(queue_copy_data(plain))
+                done += plain.num_rows
+        copy.write(copybinary.TRAILER)
+    for enc in later:
+        done += send_rows(cur, info.queue, enc)
     return done
+
+
+def copy_rows(cur: psycopg.Cursor, info: QueueInfo, enc: Encoded) -> int:
+    """One encoded batch by copy_task."""
+    return copy_task(cur, info, [enc])
 
 
 def route_rows(cur: psycopg.Cursor, enc: Encoded, exchange: str | None,

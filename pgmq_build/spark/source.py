@@ -11,6 +11,7 @@ Where each direction lives (the modules marked * import no pyspark and run on ex
 * claims.py*: pgmq.read claims, lease-fenced ack/nack, and consume() / ack() / nack()
 * offsets.py*: the stream reader's offsets, safe high-water mark, planning and acks
 * publishing.py*: Arrow batch encoding and the insert paths (COPY, send, topics, exchanges)
+* copybinary.py*: Arrow columns as PostgreSQL binary COPY rows (the publish paths' COPY format)
 * staging.py*: exactly-once publishing (staging table, sink progress, the connector's tables)
 """
 
