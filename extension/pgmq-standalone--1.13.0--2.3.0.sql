@@ -1090,12 +1090,12 @@ DECLARE
     v_delay     integer;
     v_backoff   double precision;
     v_max_delay integer;
-    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
@@ -1174,12 +1174,12 @@ DECLARE
     v_delay     integer;
     v_backoff   double precision;
     v_max_delay integer;
-    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
 BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay

@@ -52,19 +52,20 @@ class Cell:
         elapsed = sum(s.elapsed for s in self._segs(system))
         return self.msgs(system) / elapsed if elapsed else 0.0
 
-    def cpu_us_per_msg(self, system: str) -> float | None:
-        segs = self._segs(system)
-        if not self.measured(system) or any(s.server_cpu_us is None for s in segs):
+    def _per_msg(self, system: str, attr: str) -> float | None:
+        """A segment measure (`attr`) summed over the system's segments, per message; None when
+        any segment could not measure it."""
+        values = [getattr(s, attr) for s in self._segs(system)]
+        if not self.measured(system) or any(v is None for v in values):
             return None
         msgs = self.msgs(system)
-        return sum(s.server_cpu_us for s in segs) / msgs if msgs else None
+        return sum(values) / msgs if msgs else None
+
+    def cpu_us_per_msg(self, system: str) -> float | None:
+        return self._per_msg(system, "server_cpu_us")
 
     def wal_per_msg(self, system: str) -> float | None:
-        segs = self._segs(system)
-        if not self.measured(system) or any(s.wal_bytes is None for s in segs):
-            return None
-        msgs = self.msgs(system)
-        return sum(s.wal_bytes for s in segs) / msgs if msgs else None
+        return self._per_msg(system, "wal_bytes")
 
     def cpu_ratio(self, system: str, baseline: str) -> float | None:
         """CPU per message of `system` / that of `baseline` (> 1: `system` costs more)."""

@@ -700,13 +700,17 @@ def main(argv: list[str] | None = None) -> int:
 
         rest = argv[1:] if argv[:1] == ["steady"] else [a for a in argv if a != "--steady"]
         return steady_main(rest)
-    args = parse_args(argv)
+    return on_server(parse_args(argv), run)
+
+
+def on_server(args: argparse.Namespace, body: Callable[[argparse.Namespace, str, str], int]) -> int:
+    """body(args, dsn, where) on the --dsn server, or on a throwaway one started for it."""
     if args.dsn:
-        return run(args, args.dsn, "the --dsn server")
+        return body(args, args.dsn, "the --dsn server")
     log(maybe_install_files())
     log("starting a throwaway PostgreSQL server ...")
     with TempCluster(settings=dict(CLUSTER_SETTINGS)) as cluster:
-        return run(args, cluster.dsn(), "throwaway local server")
+        return body(args, cluster.dsn(), "throwaway local server")
 
 
 if __name__ == "__main__":

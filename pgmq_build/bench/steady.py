@@ -67,12 +67,10 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from ..cluster import TempCluster
 from .report import OURS, UPSTREAM
 from .run import (
-    CLUSTER_SETTINGS,
     log,
-    maybe_install_files,
+    on_server,
     prepare_database,
     prepare_upstream_database,
 )
@@ -910,13 +908,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.dsn:
-        return run(args, args.dsn, "the --dsn server")
-    log(maybe_install_files())
-    log("starting a throwaway PostgreSQL server ...")
-    with TempCluster(settings=dict(CLUSTER_SETTINGS)) as cluster:
-        return run(args, cluster.dsn(), "throwaway local server")
+    return on_server(parse_args(argv), run)
 
 
 if __name__ == "__main__":
