@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.3.0"
+VERSION = "2.4.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -111,6 +111,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.2.0.sql": "5c3c466da487432a64b36d3d3a9171cc512aa0c7fd402afb0c2ad98737e5c0da",
         "pgmq-standalone--1.13.0--2.2.0.sql": "2816c42cb3ab41d2f767a4a890f00debe334e57e2eaf8fef87ccec94ee006e21",
         "pgmq-standalone--1.13.1--2.2.0.sql": "75b8bf4841ae478e20004f490e44b61e3dae211841caa5445d6b0b82913eb734",
+    }),
+    Release("2.3.0", {
+        "pgmq--2.3.0.sql": "9c50a8b102056b23acab553320f67a1176e2a224226b81451bfe6d300186c5cb",
+        "pgmq-standalone--2.3.0.sql": "85f24114a5ac28070c0d18f283cd745800da7859e51003cc135afc08b5492f56",
+        "pgmq--2.2.0--2.3.0.sql": "962c9f2b3fce4493b2d52227995e9a06b64128b9eb8fe3754c69ddcd53d65f34",
+        "pgmq-standalone--2.2.0--2.3.0.sql": "e676c6884e9ace6516f40a549eb451a72cc762f35d2f607d7f0735808391874e",
+        "pgmq--1.13.0--2.3.0.sql": "281ef6b8eb72a99a8e5b9b7d739cc5a4fbebc87f6a66c19c01e509b5810001e4",
+        "pgmq--1.13.1--2.3.0.sql": "7a97b396432d3ba1ad8c43c27eaeeb245cfb78d3363824e881228861855714a9",
+        "pgmq-standalone--1.13.0--2.3.0.sql": "880cd6bd570510cd8c4a57cefa9dae740cdb60ca8a1f110a3802e11454fdbc87",
+        "pgmq-standalone--1.13.1--2.3.0.sql": "fba826855198db36a51f6d103962c2a777c127737868dbeabf8a1528a5332ab0",
     }),
 )
 
