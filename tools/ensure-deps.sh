@@ -33,6 +33,18 @@ if ! have_server || ! have_pgxs || ! have_partman; then
     fi
 fi
 
+# The dashboard's tests look at its pages in a real browser: Debian's Chromium and its driver.
+if ! command -v chromedriver >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "ensure-deps: installing chromium and chromium-driver for the dashboard's browser tests"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
+    else
+        echo "ensure-deps: chromedriver is missing for the dashboard tests: sudo apt-get install chromium chromium-driver" >&2
+        exit 1
+    fi
+fi
+
 if ! command -v java >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
         echo "ensure-deps: installing Java 17 for the Spark connector's tests"
@@ -46,5 +58,5 @@ fi
 
 echo "ensure-deps: installing the Python package and its test and spark dependencies"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test,spark]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
-"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq" \
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq, rich, prometheus_client, selenium" \
     || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }
