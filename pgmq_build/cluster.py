@@ -65,6 +65,12 @@ def _server_user() -> pwd.struct_passwd | None:
     return pwd.getpwnam(name)
 
 
+def server_owner() -> tuple[int, int]:
+    """(uid, gid) that the throwaway servers run as: files they must own are given to it."""
+    user = _server_user()
+    return (user.pw_uid, user.pw_gid) if user else (os.geteuid(), os.getegid())
+
+
 @dataclass
 class TempCluster:
     """initdb + pg_ctl in a temporary directory, listening on 127.0.0.1 only."""

@@ -694,7 +694,11 @@ class Load:
 
 # --- one system's run ----------------------------------------------------------------------------
 
-STATS_SQL = f"""
+def stats_sql(table: str) -> str:
+    """One row of the sampler's server-side figures for `table` (a trusted, qualified name):
+    buffer accesses, table and index bytes, dead and live tuples, autovacuums, sequential
+    scans, the oldest xmin's age in the database, the WAL position."""
+    return f"""
 SELECT (SELECT coalesce(io.heap_blks_read, 0) + coalesce(io.heap_blks_hit, 0)
              + coalesce(io.idx_blks_read, 0) + coalesce(io.idx_blks_hit, 0)
              + coalesce(io.toast_blks_read, 0) + coalesce(io.toast_blks_hit, 0)
@@ -705,7 +709,10 @@ SELECT (SELECT coalesce(io.heap_blks_read, 0) + coalesce(io.heap_blks_hit, 0)
        (SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity
         WHERE datname = current_database() AND pid <> pg_backend_pid()),
        pg_current_wal_lsn()::text
-FROM pg_stat_user_tables s WHERE s.relid = '{PGMQ_TABLE}'::regclass"""
+FROM pg_stat_user_tables s WHERE s.relid = '{table}'::regclass"""
+
+
+STATS_SQL = stats_sql(PGMQ_TABLE)
 
 
 def settings_of(conn: psycopg.Connection) -> dict:

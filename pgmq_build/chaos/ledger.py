@@ -1,0 +1,209 @@
+"""The ledger: what the clients know about every message, and the check that every message
+that was produced is in exactly one place and was delivered no more often than the rules allow.
+
+Three queues, each with a retry policy (``MAX_RETRIES``) and a dead-letter queue ``<q>_dlq``:
+
+* ``work``: consumers that read, record and delete in ONE transaction (load.Consumer). The
+  record, ``chaos.consumed``, is a final place: a message is in it once, or not at all.
+* ``jobs``: the worker (pgmq_build.worker.Worker), whose callback ``chaos.handle`` records the
+  message in ``chaos.handled`` in the transaction that deletes it: a final place too.
+* ``client``: pgmq_build.client.Client.consume, at-least-once by design (the handler's own
+  transaction, then ``archive``). Its record, ``chaos.client_seen``, is a side effect: the
+  message's place is the queue, the archive or the dead-letter queue; a handled message
+  recorded again after an acknowledgement that did not commit is a redelivery, which its
+  rules allow.
+
+A message's payload carries a unique id (``{"id": "p1-42", ...}``). A producer sends and records
+the id in ``chaos.produced`` in one transaction, so a send whose commit status the client could
+not learn (the connection broke) is resolved after the run by looking the id up there. Poison
+messages (``"poison": true``) always fail: they must end in the dead-letter queue after exactly
+``1 + MAX_RETRIES`` deliveries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+MAX_RETRIES = 3
+QUEUES = ("work", "jobs", "client")
+FINAL_RESULTS = {"work": "chaos.consumed", "jobs": "chaos.handled"}  # one row per message
+DELIVERED_NOTICE = "chaos-delivered "
+
+SCHEMA_SQL = [
+    "CREATE SCHEMA chaos",
+    # written in the send's own transaction: the commit status of a send is its row here
+    "CREATE TABLE chaos.produced (uid text PRIMARY KEY, queue text NOT NULL)",
+    # no unique constraints: a message recorded twice must be seen, not refused
+    "CREATE TABLE chaos.consumed (uid text NOT NULL, msg_id bigint NOT NULL, "
+    "read_ct int NOT NULL, consumer text NOT NULL)",
+    "CREATE TABLE chaos.handled (uid text NOT NULL)",
+    "CREATE TABLE chaos.client_seen (uid text NOT NULL)",
+    f"""CREATE PROCEDURE chaos.handle(m jsonb) LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE NOTICE '{DELIVERED_NOTICE}%', m->>'id';  -- reaches the worker even if we fail
+        IF (m->>'poison')::boolean THEN
+            RAISE EXCEPTION 'poison message %', m->>'id';
+        END IF;
+        INSERT INTO chaos.handled (uid) VALUES (m->>'id');
+    END $$""",
+]
+
+
+def setup(conn: psycopg.Connection, tablespace: str | None = None) -> None:
+    """The schema, the queues (in `tablespace` when given) and the worker's callback."""
+    for stmt in SCHEMA_SQL:
+        conn.execute(stmt)
+    if tablespace:
+        conn.execute(f"SET default_tablespace = {tablespace}")
+    for q in QUEUES:
+        conn.execute("SELECT pgmq.create(%s)", (q,))
+        conn.execute("SELECT pgmq.create(%s)", (f"{q}_dlq",))
+        conn.execute("SELECT pgmq.set_retry_policy(%s, %s, 0, 1, NULL, %s)",
+                     (q, MAX_RETRIES, f"{q}_dlq"))
+    if tablespace:
+        conn.execute("RESET default_tablespace")
+    conn.execute("CALL pgmq.register_callback('jobs', 'chaos.handle(jsonb)')")
+
+
+@dataclass
+class Book:
+    """What the clients saw, filled in by every thread (under one lock)."""
+
+    acked: dict[str, str] = field(default_factory=dict)  # uid -> queue: the commit returned
+    failed: set[str] = field(default_factory=set)  # the server refused: rolled back
+    unknown: dict[str, str] = field(default_factory=dict)  # the connection broke: look it up
+    poison: set[str] = field(default_factory=set)
+    deliveries: Counter[str] = field(default_factory=Counter)  # handed to a consumer or callback
+    errors: Counter[str] = field(default_factory=Counter)  # SQLSTATE (or "connection") -> count
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def sent(self, uids: list[str], queue: str, outcome: str) -> None:
+        with self.lock:
+            if outcome == "acked":
+                self.acked.update(dict.fromkeys(uids, queue))
+            elif outcome == "failed":
+                self.failed.update(uids)
+            else:
+                self.unknown.update(dict.fromkeys(uids, queue))
+
+    def delivered(self, uids: list[str]) -> None:
+        with self.lock:
+            self.deliveries.update(uids)
+
+    def error(self, exc: BaseException) -> None:
+        key = getattr(exc, "sqlstate", None) or "connection"
+        with self.lock:
+            self.errors[key] += 1
+
+
+@dataclass
+class Verdict:
+    checked: int = 0  # messages whose send committed
+    lost: int = 0
+    beyond_rules: int = 0  # the sum of the breakdown below
+    redeliveries: int = 0  # deliveries after the first, poison messages' planned ones excluded
+    left_in_queues: int = 0
+    dead_lettered: int = 0
+    dead_lettered_poison: int = 0
+    unknown_sends: int = 0
+    unknown_committed: int = 0
+    failed_sends: int = 0
+    breakdown: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)  # a few uids per problem
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.beyond_rules == 0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def _uids(conn: psycopg.Connection, sql: str) -> Counter[str]:
+    return Counter(r[0] for r in conn.execute(sql))
+
+
+def places(conn: psycopg.Connection) -> dict[str, Counter[str]]:
+    """Every place a message can be, uid -> how many times it is there."""
+    out: dict[str, Counter[str]] = {}
+    for q in QUEUES:
+        for table in (f"q_{q}", f"a_{q}", f"q_{q}_dlq", f"a_{q}_dlq"):
+            out[table] = _uids(conn, f"SELECT message->>'id' FROM pgmq.{table}")
+    for table in FINAL_RESULTS.values():
+        out[table] = _uids(conn, f"SELECT uid FROM {table}")
+    out["chaos.client_seen"] = _uids(conn, "SELECT uid FROM chaos.client_seen")
+    return out
+
+
+def check(conn: psycopg.Connection, book: Book) -> Verdict:
+    """The ledger check (see the module doc); conn is a connection after the load stopped."""
+    produced = {r[0]: r[1] for r in conn.execute("SELECT uid, queue FROM chaos.produced")}
+    where = places(conn)
+    read_cts = {uid: ct for uid, ct in conn.execute("SELECT uid, max(read_ct) FROM chaos.consumed "
+                                                    "GROUP BY uid")}
+    attempts = {uid: int(a) for q in QUEUES for uid, a in conn.execute(
+        f"SELECT message->>'id', headers->'x-pgmq-dead-letter'->>'attempts' "
+        f"FROM pgmq.q_{q}_dlq")}
+    with book.lock:
+        acked, failed = dict(book.acked), set(book.failed)
+        unknown, poison = dict(book.unknown), set(book.poison)
+        deliveries = Counter(book.deliveries)
+
+    v = Verdict(unknown_sends=len(unknown), failed_sends=len(failed))
+    problems: dict[str, list[str]] = {k: [] for k in (
+        "lost", "in_two_places", "recorded_twice", "acked_not_recorded", "failed_but_committed",
+        "unknown_origin", "over_delivered", "poison_handled", "dead_letter_attempts",
+        "client_archived_unhandled")}
+    committed = dict(acked)
+    for uid, q in unknown.items():
+        if uid in produced:
+            committed[uid] = q
+            v.unknown_committed += 1
+    for uid in acked:
+        if uid not in produced:
+            problems["acked_not_recorded"].append(uid)
+    for uid in failed & produced.keys():
+        problems["failed_but_committed"].append(uid)
+    limit = 1 + MAX_RETRIES
+    final_tables = [t for q in QUEUES for t in (f"q_{q}", f"a_{q}", f"q_{q}_dlq", f"a_{q}_dlq")]
+    final_tables += list(FINAL_RESULTS.values())
+    seen_anywhere: set[str] = set()
+    for table in final_tables:
+        seen_anywhere.update(where[table])
+    for uid in seen_anywhere - committed.keys():
+        problems["unknown_origin"].append(uid)
+    for uid, q in committed.items():
+        n = sum(where[t][uid] for t in final_tables)
+        if n == 0:
+            problems["lost"].append(uid)
+        elif n > 1:
+            results = sum(where[t][uid] for t in FINAL_RESULTS.values())
+            problems["recorded_twice" if results > 1 else "in_two_places"].append(uid)
+        if where[f"q_{q}"][uid]:
+            v.left_in_queues += 1
+        if where[f"q_{q}_dlq"][uid]:
+            v.dead_lettered += 1
+            v.dead_lettered_poison += uid in poison
+        if q == "client" and where["a_client"][uid] and not where["chaos.client_seen"][uid]:
+            problems["client_archived_unhandled"].append(uid)
+        d = deliveries[uid]
+        if d > limit or read_cts.get(uid, 0) > limit or attempts.get(uid, 0) > limit:
+            problems["over_delivered"].append(uid)
+        if uid in poison:
+            handled = sum(where[t][uid] for t in FINAL_RESULTS.values())
+            if handled or where["a_client"][uid]:
+                problems["poison_handled"].append(uid)
+            if uid in attempts and attempts[uid] != limit:
+                problems["dead_letter_attempts"].append(uid)
+        elif d > 1:
+            v.redeliveries += d - 1
+    v.checked = len(committed)
+    v.lost = len(problems["lost"]) + len(problems["acked_not_recorded"])
+    v.breakdown = {k: len(u) for k, u in problems.items() if k not in ("lost",) and u}
+    v.beyond_rules = sum(n for k, n in v.breakdown.items() if k != "acked_not_recorded")
+    v.examples = {k: sorted(u)[:5] for k, u in problems.items() if u}
+    return v

@@ -1,0 +1,334 @@
+"""The scenario runner and the soak run.
+
+Each scenario gets a throwaway server (TempCluster) of its own: the ledger's schema and queues
+(ledger.setup), the load (load.Load), a warm-up, a baseline window whose throughput is the
+pre-fault rate, the fault (faults.py), then the load runs until throughput is back (every
+second of RECOVERY_RUN in a row at >= 90 % of the pre-fault rate, for both what is produced and
+what is consumed) or RECOVERY_LIMIT passes; then producers stop, the consumers drain the
+queues, everything stops and the ledger is checked.
+
+The soak: one server, the same load for --soak minutes, a fault every --fault-every seconds
+(terminations, an immediate restart, an xmin hold, timeouts in turn), table sizes and dead
+tuples sampled all along (sampler.py: steady.py's query and flat rule), the ledger at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import psycopg
+
+from pgmq_build.bench import steady
+from pgmq_build.cluster import TempCluster, server_owner
+
+from . import faults, ledger
+from .load import Load, Settings
+from .sampler import Sampler
+
+RECOVERY_TOLERANCE = 0.10  # "back within 10 % of the pre-fault rate"
+RECOVERY_RUN = 3  # seconds in a row
+RECOVERY_LIMIT = 30.0  # a scenario fails when throughput is not back within this
+OBSERVE_LIMIT = 60.0  # how long we wait for it at most (so that a slow one is measured)
+DRAIN_LIMIT = 30.0
+QUEUE_TABLES = ("pgmq.q_work", "pgmq.q_jobs", "pgmq.q_client")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    inject: Callable[[faults.Ctx], faults.Fault]
+    cluster_settings: dict[str, str] = field(default_factory=dict)
+    dsn_options: dict[str, str] = field(default_factory=dict)
+    small_fs_mb: int = 0  # > 0: the queues live in a tablespace on a tmpfs of this size
+
+
+SCENARIOS = [
+    Scenario("restart", "immediate stop and restart under load, twice in a row", faults.restart),
+    Scenario("terminate", "pg_terminate_backend of random consumers, producers and worker "
+             "connections", faults.terminate),
+    Scenario("xmin", "a transaction holding the xmin horizon", faults.xmin_hold),
+    Scenario("burst", "a burst of connections beyond max_connections", faults.burst,
+             cluster_settings={"max_connections": "25"}),
+    Scenario("timeouts", "statement_timeout and lock_timeout firing inside pgmq's functions",
+             faults.timeouts, dsn_options=faults.TIMEOUT_OPTIONS),
+    Scenario("disk_full", "disk full: the queues' tablespace on a small tmpfs, then freed",
+             faults.disk_full, small_fs_mb=32),
+]
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup: float
+    baseline: float
+    sample: float
+
+    @classmethod
+    def of(cls, long: bool) -> Timing:
+        return cls(5.0, 20.0, 5.0) if long else cls(2.0, 4.0, 1.0)
+
+
+# -- throughput and recovery ----------------------------------------------------------------
+
+@dataclass
+class _Second:
+    t: float  # end of the second (steady.recovery's Sample.t)
+    produced: int
+    consumed: int
+
+
+def seconds_of(load: Load, upto: float) -> list[_Second]:
+    p, c = load.meter.series("produced", upto), load.meter.series("consumed", upto)
+    return [_Second(i + 1.0, a, b) for i, (a, b) in enumerate(zip(p, c, strict=True))]
+
+
+def baseline_rates(load: Load, start: float, end: float) -> tuple[float, float]:
+    secs = [s for s in seconds_of(load, end) if start < s.t <= end]
+    n = len(secs) or 1
+    return sum(s.produced for s in secs) / n, sum(s.consumed for s in secs) / n
+
+
+def recovered(base: tuple[float, float]) -> Callable[[_Second], bool]:
+    floor = 1 - RECOVERY_TOLERANCE
+    return lambda s: s.produced >= floor * base[0] and s.consumed >= floor * base[1]
+
+
+def recovery_after(load: Load, base: tuple[float, float], since: float,
+                   upto: float | None = None) -> float | None:
+    """Seconds from `since` to the end of the first second after it from which RECOVERY_RUN
+    seconds in a row are within RECOVERY_TOLERANCE of the baseline (steady.recovery's rule)."""
+    upto = load.meter.now() if upto is None else upto
+    secs = [s for s in seconds_of(load, upto) if s.t <= upto]
+    after = [s for s in secs if s.t > since]
+    if len(after) < RECOVERY_RUN:
+        return None
+    return steady.recovery(secs, since, recovered(base), RECOVERY_RUN)
+
+
+def wait_recovered(load: Load, base: tuple[float, float], since: float,
+                   timeout: float) -> float | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = recovery_after(load, base, since)
+        # only a complete run counts: the last RECOVERY_RUN seconds must all be in
+        if r is not None and since + r + RECOVERY_RUN - 1 <= load.meter.now() - 1:
+            return r
+        time.sleep(0.25)
+    return None
+
+
+# -- one scenario -----------------------------------------------------------------------------
+
+def _log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _drain(dsn: str, load: Load, limit: float) -> tuple[int, float]:
+    """Wait until the queue tables are empty (or the limit); messages left, seconds taken."""
+    t0 = time.monotonic()
+    left = -1
+    while time.monotonic() - t0 < limit:
+        with contextlib.suppress(psycopg.Error), \
+                psycopg.connect(dsn, autocommit=True, connect_timeout=3) as c:
+            left = c.execute("SELECT " + " + ".join(f"(SELECT count(*) FROM {t})"
+                                                    for t in QUEUE_TABLES)).fetchone()[0]
+            if left == 0:
+                break
+        time.sleep(0.25)
+    return left, round(time.monotonic() - t0, 1)
+
+
+@contextlib.contextmanager
+def _server(sc_settings: dict[str, str], small_fs_mb: int):
+    """A TempCluster with pgmq and the ledger set up; yields (cluster, dsn, space)."""
+    with contextlib.ExitStack() as stack:
+        space = None
+        if small_fs_mb:  # mounted first, so that it is unmounted after the server stopped
+            space = stack.enter_context(faults.small_filesystem(small_fs_mb, server_owner()))
+        cluster = stack.enter_context(TempCluster(settings=dict(sc_settings)))
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("CREATE EXTENSION pgmq")
+            if space is not None:
+                c.execute(f"CREATE TABLESPACE chaos_small LOCATION '{space}'")
+            ledger.setup(c, "chaos_small" if space is not None else None)
+        yield cluster, dsn, space
+
+
+def run_scenario(sc: Scenario, long: bool = False, settings: Settings | None = None,
+                 log: Callable[[str], None] = _log) -> dict:
+    timing = Timing.of(long)
+    t_start = time.monotonic()
+    log(f"{sc.name}: {sc.title} ({'long' if long else 'short'})")
+    with _server(sc.cluster_settings, sc.small_fs_mb) as (cluster, dsn, space):
+        book = ledger.Book()
+        load = Load(dsn, book, settings or Settings(), dsn_options=dict(sc.dsn_options))
+        sampler = Sampler(dsn, load.meter, timing.sample)
+        try:
+            load.start()
+            sampler.start()
+            time.sleep(timing.warmup + timing.baseline)
+            base_from = timing.warmup
+            base = baseline_rates(load, base_from, load.meter.now())
+            log(f"{sc.name}: pre-fault rate {base[0]:.0f} produced/s, {base[1]:.0f} consumed/s")
+            sampler.phase = "fault"
+            fault_start = load.meter.now()
+            ctx = faults.Ctx(cluster, dsn, load, long, lambda m: log(f"{sc.name}: {m}"),
+                             partial(wait_recovered, load, base), space=space)
+            fault = sc.inject(ctx)
+            sampler.phase = "recovery"
+            wait_recovered(load, base, fault.ends[-1], OBSERVE_LIMIT)
+            time.sleep(1.0)
+            upto = load.meter.now()
+            recoveries = [recovery_after(load, base, end, upto) for end in fault.ends]
+            during = baseline_rates(load, fault_start, fault.ends[-1])
+            sampler.phase = "drain"
+            load.finish_producing()
+            left, drain_s = _drain(dsn, load, DRAIN_LIMIT)
+        finally:
+            load.finish()
+            sampler.stop()
+        with psycopg.connect(dsn, autocommit=True) as c:
+            verdict = ledger.check(c, book)
+        bloat = {"before_fault": sampler.peaks(base_from, fault_start),
+                 "during_fault": sampler.peaks(fault_start, fault.ends[-1] + timing.sample),
+                 "after": sampler.peaks(fault.ends[-1] + timing.sample, load.meter.now())}
+    rec_ok = all(r is not None and r <= RECOVERY_LIMIT for r in recoveries)
+    result = {
+        "name": sc.name, "title": sc.title, "mode": "long" if long else "short",
+        "faults": fault.what, "injected": fault.injected, "fault_details": fault.details,
+        "baseline_rates": {"produced": round(base[0], 1), "consumed": round(base[1], 1)},
+        "rates_during_fault": {"produced": round(during[0], 1), "consumed": round(during[1], 1)},
+        "fault_ends_s": [round(e, 1) for e in fault.ends],
+        "recovery_seconds": recoveries,
+        "recovery_ok": rec_ok,
+        "ledger": verdict.as_dict(),
+        "left_after_drain": left, "drain_seconds": drain_s,
+        "client_errors": dict(book.errors),
+        "worker": vars(load.worker.totals) if load.worker else None,
+        "client_consume_restarts": load.client_crashes,
+        "bloat": bloat, "sampler_missed": sampler.missed,
+        "seconds": round(time.monotonic() - t_start, 1),
+    }
+    result["ok"] = verdict.ok and rec_ok
+    log(f"{sc.name}: {'OK' if result['ok'] else 'FAILED'}: {fault.what}; "
+        f"{verdict.checked} messages checked, {verdict.lost} lost, {verdict.beyond_rules} beyond "
+        f"the rules, {verdict.redeliveries} redeliveries; recovery {recoveries} s")
+    return result
+
+
+# -- the soak ---------------------------------------------------------------------------------
+
+def _soak_faults(long: bool) -> list[tuple[str, Callable[[faults.Ctx], faults.Fault]]]:
+    """The soak's periodic faults, shorter than the scenarios' (they repeat)."""
+
+    def kill_some(ctx: faults.Ctx) -> faults.Fault:
+        with faults.admin_connection(ctx.dsn) as admin:
+            rows = admin.execute(faults.VICTIMS_SQL).fetchall()
+            victims = ctx.rng.sample(rows, min(3, len(rows)))
+            for pid, _ in victims:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return faults.Fault(len(victims), f"{len(victims)} backends terminated", [ctx.now()])
+
+    def one_restart(ctx: faults.Ctx) -> faults.Fault:
+        ctx.cluster.crash_restart()
+        return faults.Fault(1, "1 immediate restart", [ctx.now()])
+
+    def short_hold(ctx: faults.Ctx) -> faults.Fault:
+        seconds = 60 if long else 5
+        with faults.admin_connection(ctx.dsn) as holder:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT 1")
+            time.sleep(seconds)
+            holder.execute("COMMIT")
+        return faults.Fault(1, f"xmin held {seconds} s", [ctx.now()])
+
+    def tiny_timeout(ctx: faults.Ctx) -> faults.Fault:
+        ctx.load.consumer_setting.update(statement_timeout="3ms")
+        time.sleep(10 if long else 3)
+        ctx.load.consumer_setting.clear()
+        return faults.Fault(1, "consumers' statement_timeout 3 ms", [ctx.now()])
+
+    return [("terminate", kill_some), ("restart", one_restart), ("xmin", short_hold),
+            ("timeouts", tiny_timeout)]
+
+
+def run_soak(minutes: float, long: bool = False, fault_every: float | None = None,
+             settings: Settings | None = None, log: Callable[[str], None] = _log) -> dict:
+    duration = minutes * 60
+    fault_every = fault_every or (120.0 if long else 15.0)
+    sample = 10.0 if long else 2.0
+    warmup = min(10.0, duration / 6)
+    t_start = time.monotonic()
+    log(f"soak: {minutes:g} min, a fault every {fault_every:g} s, a sample every {sample:g} s")
+    events: list[dict] = []
+    with _server({}, 0) as (cluster, dsn, _):
+        book = ledger.Book()
+        load = Load(dsn, book, settings or Settings())
+        sampler = Sampler(dsn, load.meter, sample)
+        try:
+            load.start()
+            sampler.start()
+            time.sleep(warmup)
+            base = baseline_rates(load, 1.0, load.meter.now())
+            plan = _soak_faults(long)
+            next_fault, k = warmup + fault_every / 2, 0
+            while load.meter.now() < duration:
+                if load.meter.now() >= next_fault and duration - load.meter.now() > 10:
+                    name, inject = plan[k % len(plan)]
+                    ctx = faults.Ctx(cluster, dsn, load, long, lambda m: log(f"soak: {m}"),
+                                     partial(wait_recovered, load, base))
+                    f = inject(ctx)
+                    events.append({"fault": name, "what": f.what, "injected": f.injected,
+                                   "end_s": round(f.ends[-1], 1)})
+                    k += 1
+                    next_fault = load.meter.now() + fault_every
+                time.sleep(0.25)
+            upto = load.meter.now()
+            for e in events:
+                e["recovery_seconds"] = recovery_after(load, base, e["end_s"], upto)
+            load.finish_producing()
+            left, drain_s = _drain(dsn, load, DRAIN_LIMIT)
+        finally:
+            load.finish()
+            sampler.stop()
+        with psycopg.connect(dsn, autocommit=True) as c:
+            verdict = ledger.check(c, book)
+    window = min(steady.WINDOW, (duration - warmup) / 4)
+    flat = sampler.flat((warmup, warmup + window), (duration - window, duration))
+    recs = [e["recovery_seconds"] for e in events]
+    rec_ok = all(r is not None and r <= RECOVERY_LIMIT for r in recs)
+    result = {
+        "name": "soak", "title": f"soak: {minutes:g} min of steady mixed load with periodic "
+        "faults", "mode": "long" if long else "short",
+        "faults": f"{len(events)} faults (" + ", ".join(
+            f"{n} {name}" for name, n in _count(e["fault"] for e in events)) + ")",
+        "injected": sum(e["injected"] for e in events), "events": events,
+        "baseline_rates": {"produced": round(base[0], 1), "consumed": round(base[1], 1)},
+        "recovery_seconds": recs, "recovery_ok": rec_ok, "ledger": verdict.as_dict(),
+        "left_after_drain": left, "drain_seconds": drain_s, "client_errors": dict(book.errors),
+        "worker": vars(load.worker.totals) if load.worker else None,
+        "client_consume_restarts": load.client_crashes,
+        "flat": flat, "flat_windows_s": [[warmup, warmup + window], [duration - window,
+                                                                     duration]],
+        "samples": {t: [s.as_dict() for s in ss] for t, ss in sampler.samples.items()},
+        "sampler_missed": sampler.missed,
+        "seconds": round(time.monotonic() - t_start, 1),
+    }
+    result["ok"] = verdict.ok and rec_ok
+    log(f"soak: {'OK' if result['ok'] else 'FAILED'}: {result['faults']}; {verdict.checked} "
+        f"messages checked, {verdict.lost} lost, {verdict.beyond_rules} beyond the rules; "
+        f"tables {'flat' if flat['flat'] else 'NOT flat'}")
+    return result
+
+
+def _count(names) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for n in names:
+        out[n] = out.get(n, 0) + 1
+    return list(out.items())
