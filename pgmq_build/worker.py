@@ -28,9 +28,10 @@ Design:
   get a transaction each, as with ``tx_batch=1``, so that a stop request, a row lock or a
   crash never involves more than that much work; fast ones share a commit. After a dispatch
   error a queue is served one message per transaction for ``_ISOLATE_SECONDS``, so that a
-  message whose dispatch keeps failing fails alone. We never hold a transaction open across
-  statements, so a broken connection, a killed process or a server restart rolls back at most
-  the statement in flight. Totals are counted once the statement (its commit) succeeded.
+  message whose dispatch keeps failing fails alone, and rests for a moment that doubles
+  while the errors repeat (``_error_cooldown``: 50 ms up to 5 s). We never hold a transaction
+  open across statements, so a broken connection, a killed process or a server restart rolls
+  back at most the statement in flight. Totals are counted once the statement (its commit) succeeded.
   ``batch`` bounds how many messages a dispatcher takes from one queue before moving round
   robin to the next queue with work (a statement never spans two turns).
 * A listener thread holds one connection that LISTENs on ``pgmq.q_<queue>.INSERT`` (enabling
@@ -102,6 +103,7 @@ SELECT count(*) FILTER (WHERE outcome = 'done'), count(*) FILTER (WHERE outcome 
 FROM d"""
 _TX_TARGET = 0.05  # seconds a batch statement should last: sizes k from the callbacks' speed
 _ISOLATE_SECONDS = 60.0  # after a dispatch error: one message per transaction on that queue
+_ERROR_COOLDOWN_MIN = 0.05  # a queue's rest after a dispatch error, doubling while they repeat
 
 _APP_NAME = "pgmq-worker"
 _CONNECT_TIMEOUT = 5
@@ -278,6 +280,14 @@ def _next_tx_size(used: int, messages: int, seconds: float, cap: int,
     return max(1, min(cap, 2 * used, fit))
 
 
+def _error_cooldown(streak: int, cap: float) -> float:
+    """How long a queue rests after its `streak`-th dispatch error in a row: 50 ms, doubling, at
+    most cap. A message whose dispatch fails (a statement_timeout in its callback, a lock_timeout
+    in the claim) has its attempt counted each time, so prompt retries lead it to the dead-letter
+    queue; an error that repeats whatever the message (a missing callback) soon waits the cap."""
+    return min(cap, _ERROR_COOLDOWN_MIN * 2 ** max(0, streak - 1))
+
+
 def _supervisor_tick(start_delay: float) -> float:
     """How often the supervisor looks at the pool: a quarter of start_delay, within 20-250 ms."""
     return min(0.25, max(0.02, start_delay / 4))
@@ -338,6 +348,7 @@ class Worker:
         self._totals = Totals()
         self._pool: list[_Dispatcher] = []
         self._isolate_until: dict[str, float] = {}  # queue -> one message per statement until
+        self._error_streak: dict[str, int] = {}  # queue -> dispatch errors in a row
         self._seq = 0
         self._threads: list[threading.Thread] = []
         self._sched = _Scheduler(self.naptime, once=False)
@@ -619,11 +630,17 @@ class Worker:
                                    tx_batch=k, error=_first_line(exc))
                         self._sched.wake(queue)  # somebody must look again
                         raise _Disconnected from exc
+                    with self._lock:
+                        streak = self._error_streak[queue] = self._error_streak.get(queue, 0) + 1
                     self._emit(logging.ERROR, "dispatch_error", worker=d.name, queue=queue,
                                tx_batch=k, sqlstate=exc.sqlstate, error=_first_line(exc))
-                    self._sched.cool_down(queue, min(self.refresh_interval, 5.0))
+                    self._sched.cool_down(queue, _error_cooldown(
+                        streak, min(self.refresh_interval, 5.0)))
                     return
                 # committed (autocommit: the statement is the transaction)
+                if self._error_streak.get(queue):
+                    with self._lock:
+                        self._error_streak.pop(queue, None)
                 n = n_done + n_failed
                 if n:
                     d.tx_size[queue] = _next_tx_size(k, n, time.monotonic() - started,

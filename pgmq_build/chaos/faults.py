@@ -149,7 +149,7 @@ def burst(ctx: Ctx) -> Fault:
                 held.append(psycopg.connect(ctx.dsn, autocommit=True, connect_timeout=3,
                                             application_name="chaos-burst"))
             except psycopg.Error as exc:
-                refusals[exc.sqlstate or _first_line(exc)] += 1
+                refusals[refusal_kind(exc)] += 1
                 stop.wait(0.02)
 
     grabber = threading.Thread(target=grab, daemon=True)
@@ -180,29 +180,48 @@ def burst(ctx: Ctx) -> Fault:
                          "terminated": len(victims)})
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def refusal_kind(exc: psycopg.Error) -> str:
+    """The SQLSTATE of a refused connection: libpq gives none for errors at connection time,
+    so the server's texts for too_many_connections (53300) are recognised."""
+    text = str(exc)
+    if exc.sqlstate:
+        return exc.sqlstate
+    if "too many clients already" in text or "connection slots are reserved" in text:
+        return "53300"
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 # -- statement_timeout and lock_timeout firing inside our functions -------------------------
 
-# The worker and the producers wait at most this long for a lock, for the whole scenario.
+# For the whole scenario: the worker's statements (a batch lasts ~50 ms) are cancelled after
+# 250 ms and wait at most 100 ms for a lock; the producers wait at most 100 ms for a lock.
 TIMEOUT_OPTIONS = {
-    "worker": "options='-c lock_timeout=100ms -c statement_timeout=2s'",
+    "worker": "options='-c lock_timeout=100ms -c statement_timeout=250ms'",
     "producer": "options='-c lock_timeout=100ms'",
 }
 
 
 def timeouts(ctx: Ctx) -> Fault:
-    """The consumers get a tiny statement_timeout (cancelled at random points inside read,
-    delete and the judged paths), while another session locks the queue tables (EXCLUSIVE:
-    reads of the tables go on, every write waits) half of the time, so that the worker's and
-    the producers' lock_timeout fires inside _dispatch_one and send."""
-    seconds = ctx.pick(6, 60)
+    """Two halves. statement_timeout: the consumers run with a tiny one (3 ms: cancelled at
+    random points inside read, the judged paths, delete), and some messages for the worker are
+    slow (their callback sleeps past the worker's 250 ms, inside _dispatch_one; they fail every
+    time and end in the dead-letter queue). lock_timeout: the consumers wait at most 100 ms for
+    a lock, producers send with a 1 s delay (so that messages turn visible while the tables are
+    locked), and another session locks the queue tables (EXCLUSIVE: reads go on, every write
+    waits) for 0.5 s of every second: the lock_timeout fires inside read, _dispatch_one and
+    send."""
+    half = ctx.pick(4, 30)
     before = _errors_now(ctx.load)
+    worker_before = ctx.load.worker.totals.errors if ctx.load.worker else 0
     ctx.load.consumer_setting.update(statement_timeout="3ms")
+    ctx.load.slow = 0.05
+    time.sleep(half)
+    ctx.load.slow = 0.0
+    ctx.load.consumer_setting.clear()
+    ctx.load.consumer_setting.update(lock_timeout="100ms")
+    ctx.load.send_delay = 1
     locks = 0
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + half
     with admin_connection(ctx.dsn) as locker:
         while time.monotonic() < deadline:
             with locker.transaction():
@@ -210,13 +229,15 @@ def timeouts(ctx: Ctx) -> Fault:
                 locks += 1
                 time.sleep(0.5)
             time.sleep(0.5)
+    ctx.load.send_delay = 0
     ctx.load.consumer_setting.clear()
     end = ctx.now()
     fired = _errors_since(ctx.load, before)
-    worker_errors = ctx.load.worker.totals.errors if ctx.load.worker else 0
-    n = fired.get("57014", 0) + fired.get("55P03", 0)
+    worker_errors = (ctx.load.worker.totals.errors if ctx.load.worker else 0) - worker_before
+    n = fired.get("57014", 0) + fired.get("55P03", 0) + worker_errors
     return Fault(n, f"{fired.get('57014', 0)} statement_timeout + {fired.get('55P03', 0)} "
-                 f"lock_timeout errors in the clients ({locks} table locks of 0.5 s)", [end],
+                 f"lock_timeout errors in the clients, {worker_errors} in the worker "
+                 f"({locks} table locks of 0.5 s)", [end],
                  {"client_errors": fired, "worker_dispatch_errors": worker_errors,
                   "table_locks": locks})
 

@@ -16,8 +16,9 @@ Three queues, each with a retry policy (``MAX_RETRIES``) and a dead-letter queue
 A message's payload carries a unique id (``{"id": "p1-42", ...}``). A producer sends and records
 the id in ``chaos.produced`` in one transaction, so a send whose commit status the client could
 not learn (the connection broke) is resolved after the run by looking the id up there. Poison
-messages (``"poison": true``) always fail: they must end in the dead-letter queue after exactly
-``1 + MAX_RETRIES`` deliveries.
+messages (``"poison": true``; and ``"slow"`` ones, whose callback outlasts the worker's
+statement_timeout in the timeouts scenario) always fail: they must end in the dead-letter queue
+after exactly ``1 + MAX_RETRIES`` deliveries.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ MAX_RETRIES = 3
 QUEUES = ("work", "jobs", "client")
 FINAL_RESULTS = {"work": "chaos.consumed", "jobs": "chaos.handled"}  # one row per message
 DELIVERED_NOTICE = "chaos-delivered "
+SLOW_SECONDS = 0.3  # a "slow" message's callback sleeps this long (past the worker's timeout)
 
 SCHEMA_SQL = [
     "CREATE SCHEMA chaos",
@@ -48,6 +50,7 @@ SCHEMA_SQL = [
         IF (m->>'poison')::boolean THEN
             RAISE EXCEPTION 'poison message %', m->>'id';
         END IF;
+        PERFORM pg_sleep((m->>'slow')::float8);  -- NULL: no sleep
         INSERT INTO chaos.handled (uid) VALUES (m->>'id');
     END $$""",
 ]

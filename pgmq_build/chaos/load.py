@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from pgmq_build.client import Client
 from pgmq_build.worker import Worker
 
-from .ledger import DELIVERED_NOTICE, Book
+from .ledger import DELIVERED_NOTICE, SLOW_SECONDS, Book
 
 VT = 30  # the consumers' lease: never reached, read and delete share a transaction
 CLIENT_VT = 3  # Client.consume acknowledges in another transaction: a lost ack returns soon
@@ -75,6 +75,8 @@ class Load:
     stop_producing: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
     consumer_setting: dict[str, str] = field(default_factory=dict)  # SET at the next loop
+    slow: float = 0.0  # share of messages for the worker whose callback sleeps (timeouts)
+    send_delay: int = 0  # seconds: producers send messages that turn visible later
     worker: Worker | None = None
     client_crashes: int = 0
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -158,11 +160,14 @@ class Load:
                 msg: dict[str, Any] = {"id": uid}
                 if rng.random() < s.poison:
                     msg["poison"] = True
+                elif queue == "jobs" and self.slow and rng.random() < self.slow:
+                    msg["slow"] = SLOW_SECONDS  # fails every time: the worker times out
+                if len(msg) > 1:
                     with self.book.lock:
                         self.book.poison.add(uid)
                 uids.append(uid)
                 payloads.append(Jsonb(msg))
-            outcome = self._send(conn, queue, uids, payloads)
+            outcome = self._send(conn, queue, uids, payloads, self.send_delay)
             if outcome == "acked":
                 self.meter.add("produced", len(uids))
             self.book.sent(uids, queue, outcome)
@@ -172,16 +177,18 @@ class Load:
             conn.close()
 
     def _send(self, conn: psycopg.Connection, queue: str, uids: list[str],
-              payloads: list[Jsonb]) -> str:
+              payloads: list[Jsonb], delay: int) -> str:
         """One transaction: the send and the ids' rows in chaos.produced. 'acked' when the
         commit returned, 'failed' when the server refused (nothing committed), 'unknown' when
         the connection broke (the commit may or may not have happened)."""
         try:
             with conn.transaction():
                 if len(payloads) == 1:
-                    conn.execute("SELECT pgmq.send(%s, %s)", (queue, payloads[0]))
+                    conn.execute("SELECT pgmq.send(%s, %s, %s::integer)",
+                                 (queue, payloads[0], delay))
                 else:
-                    conn.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (queue, payloads))
+                    conn.execute("SELECT pgmq.send_batch(%s, %s::jsonb[], %s::integer)",
+                                 (queue, payloads, delay))
                 conn.execute("INSERT INTO chaos.produced (uid, queue) SELECT u, %s FROM "
                              "unnest(%s::text[]) u", (queue, uids))
             return "acked"

@@ -417,6 +417,28 @@ def test_an_error_outside_the_callback_rolls_back_its_batch_then_fails_alone(con
     assert (w.totals.errors, w.totals.failed) == (2, 0)
 
 
+def test_messages_that_time_out_do_not_stall_their_queue(conn, dsn, events):
+    # Found by the chaos suite (timeouts scenario): each dispatch error used to cool the queue
+    # down for min(refresh_interval, 5) s, so with the default refresh_interval every message
+    # whose callback outlasts statement_timeout stopped the queue for 5 s per attempt. Errors
+    # in a row now back off from 50 ms; the culprits still fail alone and are dead-lettered.
+    logger, ev = events
+    setup_db(conn, retries=1, delay=0)
+    send_marked(conn, 30, {5: {"sleep": 2}, 15: {"sleep": 2}, 25: {"sleep": 2}})
+    t0 = time.monotonic()
+    w = Worker(f"{dsn} options='-c statement_timeout=300'", min_workers=1, max_workers=1,
+               tx_batch=20, logger=logger).start()  # refresh_interval: the default, 10 s
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM pgmq.q_dead") == 3
+                 and w.totals.done == 27, timeout=30, what="the queue drained")
+    finally:
+        w.stop()
+    took = time.monotonic() - t0
+    assert_exactly_once(conn, set(range(1, 31)) - {5, 15, 25})
+    assert w.totals.errors == 6  # each slow message timed out twice (1 + retries)
+    assert took < 8, f"{took:.1f} s: a timed-out message stalled its queue"
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1001, 2.5, "5", True, None])
 def test_bad_tx_batch_is_refused(bad):
     with pytest.raises(ValueError, match=r"tx_batch must be an integer from 1 to 1000"):

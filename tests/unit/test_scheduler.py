@@ -14,6 +14,7 @@ from pgmq_build.worker import (
     _MAX_WAIT,
     Worker,
     _connect_failed_level,
+    _error_cooldown,
     _jittered,
     _next_backoff,
     _next_tx_size,
@@ -299,6 +300,12 @@ def test_connect_failures_warn_at_powers_of_two_from_eight():
     warned = [a for a in range(1, 70) if _connect_failed_level(a) == logging.WARNING]
     assert warned == [8, 16, 32, 64]
     assert _connect_failed_level(1) == logging.DEBUG
+
+
+def test_error_cooldown_starts_short_and_doubles_to_the_cap():
+    assert [_error_cooldown(n, 5.0) for n in range(1, 9)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6,
+                                                               3.2, 5.0]
+    assert _error_cooldown(1, 0.02) == 0.02  # never above the cap (a short refresh_interval)
 
 
 def test_supervisor_tick_follows_start_delay_within_bounds():
