@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +55,21 @@ Delay = int | datetime
 
 # How often consume() looks at its stop event while waiting for a notification.
 _STOP_CHECK_SECONDS = 0.1
+# consume()'s wait after a transient error: doubling from the first to the last.
+_RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
+# SQLSTATEs (or classes) that retrying can fix: connection exceptions, insufficient resources
+# (too many connections, disk full), operator intervention (query_canceled by statement_timeout,
+# admin_shutdown, crash_shutdown, cannot_connect_now), lock_not_available (lock_timeout),
+# serialization failures and deadlocks. A broken connection has no SQLSTATE at all.
+_TRANSIENT_CLASSES = ("08", "53", "57")
+_TRANSIENT_STATES = ("55P03", "40001", "40P01")
+
+
+def _transient(exc: psycopg.Error) -> bool:
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +422,7 @@ class Client:
     def consume(self, queue: str, handler: Callable[[Message], object], *, vt: int = 30,
                 batch: int = 10, poll_interval: float = 1.0, stop: threading.Event | None = None,
                 on_error: Literal["nack", "leave", "raise"] = "nack",
-                ack: Literal["archive", "delete"] = "archive") -> int:
+                ack: Literal["archive", "delete"] = "archive", retry: bool = True) -> int:
         """Process messages until ``stop`` is set; returns how many messages were passed to
         ``handler`` (successfully or not).
 
@@ -427,7 +443,15 @@ class Client:
         message sent shortly after another can wait for the next poll.
 
         ``stop`` is checked before every read and about every 0.1 s while waiting; a batch that
-        was read is always finished first, so no lease is abandoned. psycopg errors propagate.
+        was read is always finished first, so no lease is abandoned.
+
+        Transient errors (a broken connection or a server restart, too many connections, disk
+        full, a statement_timeout or lock_timeout, a serialization failure or deadlock) are
+        logged and retried after a wait that doubles from 0.1 to 5 s while they repeat; the
+        LISTEN connection is made again when it broke. An acknowledgement (or nack) that failed
+        so leaves the message leased: it comes back when the lease ends, and is delivered
+        again. Other psycopg errors (an unknown queue, a missing privilege) propagate, as
+        every error does with ``retry=False``.
         """
         _check_int("vt", vt, 1)
         _check_int("batch", batch, 1)
@@ -442,12 +466,39 @@ class Client:
 
         self._ensure_notify_insert(queue)
         handled = 0
-        with self._listen(queue) as listener:
+        listener: psycopg.Connection[Any] | None = None
+        backoff = _RETRY_FIRST
+
+        def recover(exc: psycopg.Error, what: str) -> None:
+            """Retry a transient error after the backoff, or raise it."""
+            nonlocal listener, backoff
+            if not retry or not _transient(exc):
+                raise exc
+            log.warning("pgmq consume on %s: %s failed, retrying in %.1f s: %s", queue, what,
+                        backoff, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+            if listener is not None and (listener.broken or listener.closed):
+                listener.close()
+                listener = None
+            if stop is None:
+                time.sleep(backoff)
+            else:
+                stop.wait(backoff)
+            backoff = min(backoff * 2, _RETRY_MAX)
+
+        try:
             while stop is None or not stop.is_set():
-                messages = self.read(queue, vt=vt, qty=batch)
-                if not messages:
-                    self._wait(listener, poll_interval, stop)
+                try:
+                    if listener is None:
+                        listener = self._listen(queue)
+                    messages = self.read(queue, vt=vt, qty=batch)
+                    if not messages:
+                        self._wait(listener, poll_interval, stop)
+                        backoff = _RETRY_FIRST
+                        continue
+                except psycopg.Error as exc:
+                    recover(exc, "read")
                     continue
+                backoff = _RETRY_FIRST
                 for msg in messages:
                     handled += 1
                     try:
@@ -457,12 +508,25 @@ class Client:
                             raise
                         log.warning("pgmq handler failed on %s message %s", queue, msg.msg_id,
                                     exc_info=True)
-                        if on_error == "nack" and not self.nack(queue, msg.msg_id, _error_text(exc)):
-                            log.warning("pgmq %s message %s was gone when nacked", queue, msg.msg_id)
+                        if on_error == "nack":
+                            try:
+                                if not self.nack(queue, msg.msg_id, _error_text(exc)):
+                                    log.warning("pgmq %s message %s was gone when nacked",
+                                                queue, msg.msg_id)
+                            except psycopg.Error as nack_exc:
+                                recover(nack_exc, f"nack of message {msg.msg_id}")
                         continue
-                    done = (self.archive(queue, msg.msg_id) if ack == "archive"
-                            else self.delete(queue, msg.msg_id))
+                    try:
+                        done = (self.archive(queue, msg.msg_id) if ack == "archive"
+                                else self.delete(queue, msg.msg_id))
+                    except psycopg.Error as ack_exc:
+                        recover(ack_exc, f"{ack} of message {msg.msg_id}")
+                        continue
                     if not done:
                         log.warning("pgmq %s message %s was gone when acknowledged "
-                                    "(lease expired and someone else finished it?)", queue, msg.msg_id)
+                                    "(lease expired and someone else finished it?)", queue,
+                                    msg.msg_id)
+        finally:
+            if listener is not None:
+                listener.close()
         return handled

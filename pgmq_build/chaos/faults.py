@@ -202,23 +202,22 @@ TIMEOUT_OPTIONS = {
 
 
 def timeouts(ctx: Ctx) -> Fault:
-    """Two halves. statement_timeout: the consumers run with a tiny one (3 ms: cancelled at
-    random points inside read, the judged paths, delete), and some messages for the worker are
-    slow (their callback sleeps past the worker's 250 ms, inside _dispatch_one; they fail every
-    time and end in the dead-letter queue). lock_timeout: the consumers wait at most 100 ms for
-    a lock, producers send with a 1 s delay (so that messages turn visible while the tables are
-    locked), and another session locks the queue tables (EXCLUSIVE: reads go on, every write
-    waits) for 0.5 s of every second: the lock_timeout fires inside read, _dispatch_one and
-    send."""
+    """Two halves. First the consumers run with a tiny statement_timeout (1 ms: now and then
+    cancelled inside read or delete) and some messages for the worker are slow (their callback
+    sleeps past the worker's 250 ms statement_timeout, inside _dispatch_one: they fail every
+    time and end in the dead-letter queue). Then another session locks the queue tables
+    (EXCLUSIVE: reads go on, every write waits) for 0.5 s of every second, producers send with
+    a 1 s delay (so that messages turn visible while the tables are locked) and the consumers'
+    statement_timeout is 100 ms: statement_timeout fires inside the consumers' read, and the
+    lock_timeout of the worker and the producers inside _dispatch_one and send."""
     half = ctx.pick(4, 30)
     before = _errors_now(ctx.load)
     worker_before = ctx.load.worker.totals.errors if ctx.load.worker else 0
-    ctx.load.consumer_setting.update(statement_timeout="3ms")
+    ctx.load.consumer_setting.update(statement_timeout="1ms")
     ctx.load.slow = 0.05
     time.sleep(half)
     ctx.load.slow = 0.0
-    ctx.load.consumer_setting.clear()
-    ctx.load.consumer_setting.update(lock_timeout="100ms")
+    ctx.load.consumer_setting.update(statement_timeout="100ms")
     ctx.load.send_delay = 1
     locks = 0
     deadline = time.monotonic() + half

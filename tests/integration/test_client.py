@@ -561,3 +561,45 @@ def test_consume_validates_its_arguments(client):
                    {"ack": "keep"}):
         with pytest.raises(ValueError):
             client.consume("jobs", lambda m: None, **kwargs)
+
+
+def test_consume_survives_broken_connections(client, conn):
+    # Found by the chaos suite: consume() ended with the first connection that broke (a server
+    # restart, pg_terminate_backend, a refused reconnect), so every consumer loop died with it.
+    # Transient errors are now logged and retried; the loop goes on where it was.
+    seen: list[int] = []
+    stop = threading.Event()
+    future, pool = run_consumer(client, "jobs", lambda m: seen.append(m.message["n"]),
+                                poll_interval=0.2, stop=stop)
+    try:
+        client.send_batch("jobs", [{"n": n} for n in range(5)])
+        wait_for(lambda: len(seen) == 5, what="the first messages")
+        killed = scalar(conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                              "AND backend_type = 'client backend'")
+        assert killed >= 2  # the listener and the pool's connection(s)
+        conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{\"n\": 5}', '{\"n\": 6}']::jsonb[])")
+        wait_for(lambda: len(seen) == 7 or future.done(), what="messages after the kill")
+        assert not future.done(), future.exception()
+        stop.set()
+        assert future.result(timeout=5) == 7
+    finally:
+        stop.set()
+        pool.shutdown()
+    assert sorted(seen) == list(range(7))
+    assert scalar(conn, "SELECT count(*) FROM pgmq.a_jobs") == 7
+
+
+def test_consume_still_raises_what_retrying_cannot_fix(client, conn):
+    stop = threading.Event()
+    future, pool = run_consumer(client, "jobs", lambda m: None, poll_interval=0.1, stop=stop)
+    try:
+        time.sleep(0.3)
+        conn.execute("DROP TABLE pgmq.a_jobs")
+        conn.execute("DROP TABLE pgmq.q_jobs CASCADE")  # the queue's table is gone: 42P01
+        with pytest.raises(psycopg.Error) as info:
+            future.result(timeout=10)
+        assert info.value.sqlstate == "42P01"
+    finally:
+        stop.set()
+        pool.shutdown()
