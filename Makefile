@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -64,3 +64,9 @@ bench: deps
 bench-steady: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.bench steady $(STEADY_ARGS)
+
+# The fault suite (pgmq_build/chaos): short scenarios and a 1-minute soak on throwaway servers;
+# CHAOS_ARGS="--long --out chaos.md" for minutes-long faults and a 60-minute soak.
+chaos: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build.chaos $(CHAOS_ARGS)

@@ -51,8 +51,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Client.consume logs every failed handler (the poison messages) with a traceback
-    logging.getLogger("pgmq_build.client").setLevel(logging.ERROR)
+    # Client.consume logs every failed handler (the poison messages) and every retry, the pool
+    # every broken connection it discards: the faults cause them, the report counts them
+    for name in ("pgmq_build.client", "psycopg.pool"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     if args.list:
         for s in SCENARIOS:
             print(f"{s.name:10} {s.title}")

@@ -97,7 +97,7 @@ def restart(ctx: Ctx) -> Fault:
 # -- pg_terminate_backend of random clients -------------------------------------------------
 
 def terminate(ctx: Ctx) -> Fault:
-    seconds = ctx.pick(6, 60)
+    seconds = ctx.pick(4, 60)
     killed: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
     with admin_connection(ctx.dsn) as admin:
@@ -121,7 +121,7 @@ def terminate(ctx: Ctx) -> Fault:
 # -- a transaction holding the xmin horizon -------------------------------------------------
 
 def xmin_hold(ctx: Ctx) -> Fault:
-    seconds = ctx.pick(8, 180)
+    seconds = ctx.pick(6, 180)
     with admin_connection(ctx.dsn) as holder:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT 1")
@@ -138,7 +138,7 @@ def xmin_hold(ctx: Ctx) -> Fault:
 def burst(ctx: Ctx) -> Fault:
     """Take every free slot and keep taking the ones that free up, while the worker, a consumer
     and a producer are terminated (they must reconnect against refusals); then let go."""
-    seconds = ctx.pick(5, 60)
+    seconds = ctx.pick(4, 60)
     held: list[psycopg.Connection] = []
     refusals: Counter[str] = Counter()
     stop = threading.Event()
@@ -210,7 +210,7 @@ def timeouts(ctx: Ctx) -> Fault:
     a 1 s delay (so that messages turn visible while the tables are locked) and the consumers'
     statement_timeout is 100 ms: statement_timeout fires inside the consumers' read, and the
     lock_timeout of the worker and the producers inside _dispatch_one and send."""
-    half = ctx.pick(4, 30)
+    half = ctx.pick(3, 30)
     before = _errors_now(ctx.load)
     worker_before = ctx.load.worker.totals.errors if ctx.load.worker else 0
     ctx.load.consumer_setting.update(statement_timeout="1ms")
@@ -293,7 +293,7 @@ def fill(path: Path) -> int:
 
 
 def disk_full(ctx: Ctx) -> Fault:
-    seconds = ctx.pick(5, 60)
+    seconds = ctx.pick(4, 60)
     space = ctx.space
     assert space is not None, "disk_full needs the queues in a tablespace on small_filesystem()"
     before = _errors_now(ctx.load)

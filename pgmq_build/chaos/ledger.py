@@ -177,8 +177,8 @@ def check(conn: psycopg.Connection, book: Book) -> Verdict:
     seen_anywhere: set[str] = set()
     for table in final_tables:
         seen_anywhere.update(where[table])
-    for uid in seen_anywhere - committed.keys():
-        problems["unknown_origin"].append(uid)
+    for uid in seen_anywhere - committed.keys() - set(problems["failed_but_committed"]):
+        problems["unknown_origin"].append(uid)  # in a place, but no send of it committed
     for uid, q in committed.items():
         n = sum(where[t][uid] for t in final_tables)
         if n == 0:

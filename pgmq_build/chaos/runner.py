@@ -70,7 +70,7 @@ class Timing:
 
     @classmethod
     def of(cls, long: bool) -> Timing:
-        return cls(5.0, 20.0, 5.0) if long else cls(2.0, 4.0, 1.0)
+        return cls(5.0, 20.0, 5.0) if long else cls(2.0, 3.0, 1.0)
 
 
 # -- throughput and recovery ----------------------------------------------------------------
