@@ -222,7 +222,7 @@ class Load:
                 if conn.broken or conn.closed:
                     conn.close()
                     conn = None
-                    self.stop.wait(0.05)
+                self.stop.wait(0.05)  # not a hot loop while the server refuses (disk full)
                 continue
             if got < s.batch:
                 self.stop.wait(0.05)
