@@ -73,6 +73,14 @@ def _ts(value: datetime | None) -> str:
     return "—" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _isots(value: Any) -> str:
+    """An ISO timestamp from a header (x-pgmq-dead-letter's time), shown like the others."""
+    try:
+        return _ts(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return "—" if value is None else str(value)
+
+
 def _rate(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}/s" if value < 100 else f"{value:,.0f}/s"
 
@@ -81,8 +89,17 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("pgmq_build.dashboard", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(qurl=lambda s: quote(s, safe=""), age=_age, num=_num, size=_size,
-                       pretty=_pretty, ts=_ts, rate=_rate)
+                       pretty=_pretty, ts=_ts, isots=_isots, rate=_rate)
     return env
+
+
+def _dead_letter_record(headers: Any) -> dict[str, Any]:
+    """headers->'x-pgmq-dead-letter' with every field (None when missing: a message can be sent
+    to a dead-letter queue by hand, without one)."""
+    record = headers.get("x-pgmq-dead-letter") if isinstance(headers, dict) else None
+    record = record if isinstance(record, dict) else {}
+    return {k: record.get(k) for k in ("reason", "source_queue", "source_msg_id", "attempts",
+                                       "last_error", "time")}
 
 
 class Dashboard:
@@ -186,6 +203,7 @@ class Dashboard:
 
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         nonce = secrets.token_urlsafe(16)  # the page's own <style> and <script> only
+        context.setdefault("notice", None)
         body = self.env.get_template(template).render(
             nonce=nonce, csrf=self.csrf_token, allow_actions=self.allow_actions,
             sampler_error=self.sampler.last_error, sample_interval=self.sampler.interval,
@@ -274,7 +292,7 @@ class Dashboard:
                 letters = []
                 if name in by_name:
                     for msg in conn.execute(queries.BROWSE, (name, 0, DLQ_PREVIEW, False)).fetchall():
-                        letters.append({**msg, "dead": (msg["headers"] or {}).get("x-pgmq-dead-letter") or {}})
+                        letters.append({**msg, "dead": _dead_letter_record(msg["headers"])})
                 dlqs.append({"name": name, "m": by_name.get(name), "sources": sources[name],
                              "letters": letters})
         return self.render("dead_letters.html", dlqs=dlqs, queue_names=sorted(by_name),
@@ -282,35 +300,35 @@ class Dashboard:
 
     # -- actions (POST; checked by _check_post) ------------------------------------------------
 
-    def _act(self, sql: str, params: tuple, queue: str) -> Any:
-        with self._db() as conn, self._queue_errors(queue):
-            return conn.execute(sql, params).fetchone()
-
     def _back(self, queue: str, notice: str, n: int | None = None) -> Response:
         extra = "" if n is None else f"&n={n}"
         return redirect(f"/queues/{quote(queue, safe='')}?notice={notice}{extra}")
 
     def pause(self, req: Request, queue: str) -> Response:
-        was_running = next(iter(self._act(queries.PAUSE, (queue,), queue).values()))
+        with self._db() as conn, self._queue_errors(queue):
+            was_running = conn.execute(queries.PAUSE, (queue,)).fetchone()["result"]
         return self._back(queue, "paused" if was_running else "still_paused")
 
     def resume(self, req: Request, queue: str) -> Response:
-        was_paused = next(iter(self._act(queries.RESUME, (queue,), queue).values()))
+        with self._db() as conn, self._queue_errors(queue):
+            was_paused = conn.execute(queries.RESUME, (queue,)).fetchone()["result"]
         return self._back(queue, "resumed" if was_paused else "still_running")
 
     def purge(self, req: Request, queue: str) -> Response:
         if req.form.get("confirm") != "yes":
             raise HTTPError(400, "Tick the confirmation box to purge the queue.")
-        n = next(iter(self._act(queries.PURGE, (queue,), queue).values()))
+        with self._db() as conn, self._queue_errors(queue):
+            n = conn.execute(queries.PURGE, (queue,)).fetchone()["result"]
         return self._back(queue, "purged", n)
 
     def redrive(self, req: Request, dlq: str) -> Response:
-        target = req.form.get("target") or None
+        target = req.form.get("target") or None  # None: each message back to its source
         raw_max = req.form.get("max_messages", "").strip()
         if raw_max and not (raw_max.isdigit() and 0 < int(raw_max) < 2**31):
             raise HTTPError(400, "max messages must be a positive whole number (or empty: all)")
-        n = next(iter(self._act(queries.REDRIVE, (dlq, target, int(raw_max) if raw_max else None),
-                                dlq).values()))
+        with self._db() as conn, self._queue_errors(dlq):
+            n = conn.execute(queries.REDRIVE, (dlq, target, int(raw_max) if raw_max else None)
+                             ).fetchone()["result"]
         return redirect(f"/dead-letters?notice=redriven&n={n}")
 
 

@@ -90,7 +90,7 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int
                    f'class="empty">collecting samples…</text></svg>')
         return Markup("".join(out))
     t0, t1 = min(times), max(times)
-    ymax = nice_ceiling(max(values, default=0))
+    ymax = 4 * nice_ceiling(max(values, default=0) / 4)  # four round steps
 
     def sx(t: float) -> float:
         return left + (t - t0) / (t1 - t0) * pw

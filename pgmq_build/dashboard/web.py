@@ -94,8 +94,9 @@ class Router:
 
 class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
-    server_version = "pgmq-dashboard"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return "pgmq-dashboard"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._handle("GET")
@@ -105,9 +106,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         try:
-            response = self.server.app.handle(self._request(method))
-        except HTTPError as exc:
-            response = self.server.app.error_page(exc.status, exc.message, exc.headers)
+            try:
+                response = self.server.app.handle(self._request(method))
+            except HTTPError as exc:
+                response = self.server.app.error_page(exc.status, exc.message, exc.headers)
         except Exception:  # a bug: log it, answer 500, keep serving
             log.error("unhandled error on %s %s\n%s", method, self.path, traceback.format_exc())
             response = Response("internal error\n", 500, "text/plain; charset=utf-8")
