@@ -56,9 +56,9 @@ class Image:
         (background, n), = Counter(self.pixels).most_common(1)
         return 1 - n / len(self.pixels)
 
-    def dark(self) -> int:
-        """Pixels dark enough to be text."""
-        return sum(1 for r, g, b in self.pixels if r + g + b < 200)
+    def dark(self, limit: int = 200) -> int:
+        """Pixels dark enough to be text (r + g + b below limit; grey labels need ~450)."""
+        return sum(1 for r, g, b in self.pixels if r + g + b < limit)
 
 
 def read_png(data: bytes) -> Image:
