@@ -63,7 +63,7 @@ def _segments(points: Sequence[Point]) -> list[list[tuple[float, float]]]:
     return [r for r in runs if r]
 
 
-def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int = 600,
+def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int = 400,
                height: int = 220, now: float | None = None) -> Markup:
     """An SVG line chart: y from 0 to a round maximum with 5 labelled ticks, x the sample times
     (clock labels), a legend. With fewer than two samples it says it is still collecting."""
@@ -106,10 +106,10 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int
                    f"{fmt_number(v)}</text>")
     span = t1 - t0
     clock = "%H:%M" if span >= 600 else "%H:%M:%S"
-    for i in range(5):  # time ticks
-        t = t0 + span * i / 4
+    for i in range(4):  # time ticks (four fit a 400-px chart without crowding)
+        t = t0 + span * i / 3
         x = sx(t)
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        anchor = "start" if i == 0 else "end" if i == 3 else "middle"
         out.append(f'<line x1="{x:.1f}" y1="{top + ph}" x2="{x:.1f}" y2="{top + ph + 4}" stroke="#888"/>'
                    f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="{anchor}" class="tick">'
                    f"{time.strftime(clock, time.localtime(t))}</text>")

@@ -104,3 +104,32 @@ def element_image(browser: webdriver.Chrome, element) -> Image:
     """What the element looks like on screen (scrolled into view, then captured)."""
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
     return read_png(element.screenshot_as_png)
+
+
+def stack(images: list[Image]) -> Image:
+    """Images one above the other (left-aligned, white where one is narrower)."""
+    width = max(i.width for i in images)
+    pixels: list[tuple[int, int, int]] = []
+    for img in images:
+        for y in range(img.height):
+            pixels.extend(img.pixels[y * img.width:(y + 1) * img.width])
+            pixels.extend([(255, 255, 255)] * (width - img.width))
+    return Image(width, sum(i.height for i in images), pixels)
+
+
+def write_png(image: Image) -> bytes:
+    """An RGB PNG; each line with the filter (none, sub or up) that compresses it best."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw, prev, w = bytearray(), bytes(image.width * 3), image.width
+    for y in range(image.height):
+        line = bytes(v for p in image.pixels[y * w:(y + 1) * w] for v in p)
+        sub = bytes((line[x] - (line[x - 3] if x >= 3 else 0)) & 255 for x in range(len(line)))
+        up = bytes((a - b) & 255 for a, b in zip(line, prev, strict=True))
+        kind, best = min(((0, line), (1, sub), (2, up)), key=lambda c: sum(v if v < 128 else 256 - v for v in c[1]))
+        raw += bytes([kind]) + best
+        prev = line
+    header = struct.pack(">IIBBBBB", image.width, image.height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(raw), 9))
+            + chunk(b"IEND", b""))

@@ -51,9 +51,9 @@ def test_queue_detail_charts_are_drawn(dashboard, demo, conn, browser):
         assert chart.get_attribute("aria-label") == title
         assert y_label in chart.text and "time" in chart.text  # axis labels
         image = element_image(browser, chart)
-        assert (image.width, image.height) == (600, 220)
+        assert (image.width, image.height) == (400, 220)
         for name in series:
-            # A 2.5-px line across a 530-px plot: hundreds of pixels; a blank chart has none.
+            # A 2.5-px line across a 330-px plot: hundreds of pixels; a blank chart has none.
             assert image.count_near(COLOURS[name], tolerance=30) > 250, (title, name)
         assert image.dark(limit=450) > 300  # tick and axis labels (#444 text)
     rows = browser.find_elements(By.CSS_SELECTOR, "#messages tr")

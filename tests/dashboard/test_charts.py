@@ -62,7 +62,7 @@ def test_line_chart_draws_each_series_inside_the_plot_with_axes_and_legend():
     assert {"messages", "time", "depth", "sent"} <= set(labels)
     assert {"0", "2.5", "5", "7.5", "10"} <= set(labels)  # y ticks
     clock = [t for t in labels if t.count(":") == 2]
-    assert len(clock) == 5  # HH:MM:SS time ticks for a short span
+    assert len(clock) == 4  # HH:MM:SS time ticks for a short span
 
 
 def test_line_chart_gaps_and_lone_points():

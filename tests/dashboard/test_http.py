@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import ast
 import html
+import os
 import re
+import signal
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
@@ -202,6 +207,16 @@ def test_database_errors_are_pages_and_the_server_keeps_running(dashboard, demo,
     assert down.get("/no-such-page").status == 404
 
 
+def test_a_pg_monitor_role_is_enough_to_watch(dashboard, demo, make_role, conn, dsn):
+    role = make_role("dash_monitor", login=True)
+    conn.execute(f"GRANT pg_monitor TO {role}")
+    dash = dashboard(f"{dsn} user={role}")
+    listing = dash.get("/")
+    assert listing.status == 200 and all(f'href="/queues/{q}"' in listing.body for q in demo.queues)
+    assert dash.get("/queues/orders?archived=1").status == 200
+    assert dash.get("/dead-letters").body.count("card declined") == 3
+
+
 def test_every_statement_is_a_constant_from_queries():
     """Request input can only reach SQL as a parameter: each execute() in the package gets one
     of the constants of queries.py, and those hold no formatting but %s placeholders."""
@@ -219,6 +234,22 @@ def test_every_statement_is_a_constant_from_queries():
         if name.isupper():
             text = getattr(queries, name)
             assert re.sub(r"%s::\w+|%s", "", text).count("%") == 0 and "{" not in text, name
+
+
+def test_cli_serves_until_interrupted(demo, dsn, repo_root):
+    proc = subprocess.Popen([sys.executable, "-m", "pgmq_build", "dashboard", "--dsn", dsn,
+                             "--bind", "127.0.0.1:0", "--sample-interval", "0.5"],
+                            cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(repo_root)})
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        assert "read-only" in line
+        with urllib.request.urlopen(url) as reply:
+            assert reply.status == 200 and "payments_dlq" in reply.read().decode()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
 
 
 def test_cli_refuses_a_bad_bind(dsn):
