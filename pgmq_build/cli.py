@@ -266,5 +266,20 @@ def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int
                      naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch))
 
 
+@main.command()
+@click.option("--dsn", required=True, help="Database to show (libpq DSN or URI).")
+@click.option("--bind", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Address to listen on (keep it local: the dashboard has no login).")
+@click.option("--allow-actions", is_flag=True,
+              help="Show and accept redrive, pause/resume and purge (default: read-only).")
+@click.option("--sample-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between pgmq.queue_metrics() samples for the charts.")
+def dashboard(dsn: str, bind: str, allow_actions: bool, sample_interval: float) -> None:
+    """A web dashboard: queues, charts, a message browser and dead letters (README: Dashboard)."""
+    from .dashboard import run
+
+    sys.exit(run(dsn, bind, allow_actions, sample_interval, echo=click.echo))
+
+
 if __name__ == "__main__":
     main()
