@@ -229,11 +229,7 @@ class Dashboard:
         try:
             yield
         except psycopg.Error as exc:
-            # Upstream's format_table_name (which queue_metrics and browse call) raises its name
-            # checks as plain P0001 'queue name ...'.
-            upstream_name_check = (exc.sqlstate == "P0001"
-                                   and (exc.diag.message_primary or "").startswith("queue name "))
-            if exc.sqlstate in NO_QUEUE or upstream_name_check:
+            if exc.sqlstate in NO_QUEUE:
                 raise HTTPError(404, exc.diag.message_primary or f"queue {queue!r} does not exist") from None
             raise
 
