@@ -234,7 +234,7 @@ def do_redrive(dlq: str, target: str | None, chunk: int, limit: int | None, dsn:
             db.require_dlq(conn, dlq)
         if target is not None:
             db.require_queue(conn, target)
-        waiting = _visible(conn, dlq)
+        waiting = _depth(conn, dlq)
         where = f"to {target!r}" if target else "each to the queue it came from"
         confirm(f"Redrive {_up_to(waiting, limit)} message(s) of {dlq!r} {where}?", yes)
         moved, calls = run_in_chunks(
@@ -242,8 +242,12 @@ def do_redrive(dlq: str, target: str | None, chunk: int, limit: int | None, dsn:
             "SELECT pgmq.redrive(dead_letter_queue => %(dlq)s::text, target_queue => %(target)s::text, "
             "max_messages => %(n)s::integer)",
             {"dlq": dlq, "target": target}, total=waiting, chunk=chunk, limit=limit)
-    _done(out, {"dead_letter_queue": dlq, "target": target, "moved": moved, "calls": calls},
-          f"{moved:,} message(s) redriven from {dlq} {where} in {calls} transaction(s)")
+        left = _depth(conn, dlq)
+    # without --to, messages whose source queue is gone (or unknown) stay where they are
+    _done(out, {"dead_letter_queue": dlq, "target": target, "moved": moved, "calls": calls,
+                "left": left},
+          f"{moved:,} message(s) redriven from {dlq} {where} in {calls} transaction(s); "
+          f"{left:,} left")
 
 
 @queue_group.command("move")
@@ -269,8 +273,10 @@ def move(source: str, target: str, chunk: int, limit: int | None, dsn: str, yes:
             "SELECT pgmq.move_messages(source_queue => %(source)s::text, "
             "target_queue => %(target)s::text, max_messages => %(n)s::integer)",
             {"source": source, "target": target}, total=waiting, chunk=chunk, limit=limit)
-    _done(out, {"source": source, "target": target, "moved": moved, "calls": calls},
-          f"{moved:,} message(s) moved from {source} to {target} in {calls} transaction(s)")
+        left = _depth(conn, source)
+    _done(out, {"source": source, "target": target, "moved": moved, "calls": calls, "left": left},
+          f"{moved:,} message(s) moved from {source} to {target} in {calls} transaction(s); "
+          f"{left:,} left in {source}")
 
 
 def _depth(conn: db.Conn, name: str) -> int:
