@@ -57,7 +57,8 @@ def confirm(question: str, yes: bool) -> None:
         return
     try:
         ok = click.confirm(question, default=False, err=True)
-    except click.Abort:
+    except click.Abort:  # EOF or Ctrl-C at the prompt
+        click.echo(err=True)
         ok = False
     if not ok:
         raise OpsError("aborted: nothing was changed", Exit.ABORTED)

@@ -23,7 +23,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
+PIPE_WIDTH = 200
 DASH = "–"  # a value that does not apply (no DLQ, empty queue, no rate yet)
 
 
@@ -40,8 +42,11 @@ class Output:
 
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
-        self.out = Console(highlight=False)
-        self.err = Console(stderr=True, highlight=False)
+        # no markup: queue names and payloads are printed as they are, brackets included
+        self.out = Console(highlight=False, markup=False)
+        self.err = Console(stderr=True, highlight=False, markup=False)
+        if not self.out.is_terminal:  # piped or captured: whole rows, not a squeezed 80 columns
+            self.out.width = PIPE_WIDTH
 
     def json(self, doc: Any) -> None:
         click.echo(json.dumps(doc, indent=2, default=_jsonable))
@@ -58,10 +63,10 @@ class Output:
         """A bar (M of N, elapsed, remaining) on stderr, yielding advance(n); total None: a
         spinner with the elapsed time."""
         if total is None:
-            columns: Sequence[Any] = (SpinnerColumn(), TextColumn("{task.description}"),
+            columns: Sequence[Any] = (SpinnerColumn(), TextColumn("{task.description}", markup=False),
                                       TimeElapsedColumn())
         else:
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn(), TimeRemainingColumn())
         with Progress(*columns, console=self.err) as bar:
             task = bar.add_task(description, total=total)
@@ -82,7 +87,7 @@ def table(columns: Sequence[str], body: Sequence[Sequence[Any]], *, title: str |
         t.add_column(name, justify="right" if name in right else "left",
                      no_wrap=name not in ("message", "headers"))
     for row in body:
-        t.add_row(*(DASH if v is None else str(v) for v in row))
+        t.add_row(*(Text(DASH if v is None else str(v)) for v in row))  # Text: no markup
     return t
 
 
@@ -92,7 +97,7 @@ def fields(row: dict[str, Any]) -> Table:
     t.add_column(style="bold")
     t.add_column()
     for key, v in row.items():
-        t.add_row(key, DASH if v is None else str(v))
+        t.add_row(key, Text(DASH if v is None else str(v)))
     return t
 
 
