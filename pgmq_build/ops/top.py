@@ -72,6 +72,15 @@ def _keys() -> Iterator[Callable[[float], bool]]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+def _follow_terminal_size(console: Console) -> None:
+    """Size the view to the terminal as it is now (resizes included): rich would otherwise keep
+    the size it found at start-up, or believe a stale COLUMNS/LINES in the environment."""
+    try:
+        console.size = os.get_terminal_size(sys.stdout.fileno())
+    except (OSError, ValueError):  # not a terminal: keep rich's guess
+        pass
+
+
 @click.command("top")
 @dsn_option
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
@@ -97,6 +106,7 @@ def top_command(dsn: str, interval: float) -> None:
                         conn.close()
                         conn = None
                     previous = None  # rates restart after a gap
+                _follow_terminal_size(console)
                 live.update(view(rows, rates(previous, rows), interval=interval, error=error),
                             refresh=True)
                 if error is None:
