@@ -49,8 +49,8 @@ def queues_command(dsn: str, no_rates: bool, as_json: bool) -> None:
         return
     cols = ["queue", "paused", "depth", "visible", "in flight", "delayed", "oldest age",
             "DLQ depth", "send msg/s"]
-    body = [[r["queue_name"], "paused" if r["paused"] else "", render.count(r["depth"]),
-             render.count(r["visible"]), render.count(r["in_flight"]), render.count(r["delayed"]),
+    body = [[r["queue_name"], "paused" if r["paused"] else "", render.counted(r, "depth"),
+             render.counted(r, "visible"), render.counted(r, "in_flight"), render.counted(r, "delayed"),
              render.age(r["oldest_msg_age_sec"]), _dlq_cell(r), render.rate(per[r["queue_name"]].send)]
             for r in now]
     out.print(render.table(cols, body, right=cols[2:]))

@@ -105,6 +105,11 @@ def count(n: int | None) -> str:
     return DASH if n is None else f"{n:,}"
 
 
+def counted(row: dict[str, Any], key: str) -> str:
+    """A count of a pgmq.queue_metrics() row, marked ~ when the row's counts are estimates."""
+    return ("~" if row.get("estimated") and row[key] is not None else "") + count(row[key])
+
+
 def rate(r: float | None) -> str:
     return DASH if r is None else f"{r:,.1f}"
 

@@ -28,8 +28,8 @@ COLUMNS = ["queue", "state", "depth", "visible", "in flight", "delayed", "oldest
 
 def view(rows: list[dict[str, Any]], per: dict[str, Rate], *, interval: float,
          error: str | None = None) -> Group:
-    body = [[r["queue_name"], "PAUSED" if r["paused"] else "", render.count(r["depth"]),
-             render.count(r["visible"]), render.count(r["in_flight"]), render.count(r["delayed"]),
+    body = [[r["queue_name"], "PAUSED" if r["paused"] else "", render.counted(r, "depth"),
+             render.counted(r, "visible"), render.counted(r, "in_flight"), render.counted(r, "delayed"),
              render.age(r["oldest_msg_age_sec"]), render.rate(per[r["queue_name"]].send),
              render.rate(per[r["queue_name"]].consume),
              None if r["dead_letter_queue"] is None else render.count(r["dead_letter_depth"])]

@@ -196,6 +196,7 @@ def test_dlq_list_peek_and_redrive_to_the_source(ops, ops_json, conn, dlq):
     listed = ops_json("dlq", "list")["dead_letter_queues"]
     assert listed == [{"queue": "jobs_dlq", "sources": ["jobs"], "depth": 1,
                        "oldest_msg_age_sec": listed[0]["oldest_msg_age_sec"]}]
+    assert ops("dlq", "list").stdout.split("\n")[3].split()[:3] == ["jobs_dlq", "jobs", "1"]
     table = ops("dlq", "peek", "jobs_dlq")
     assert table.exit_code == 0 and "nack" in table.stdout and "jobs" in table.stdout
     peeked = ops_json("dlq", "peek", "jobs_dlq")["messages"]
@@ -239,3 +240,14 @@ def test_exchange_lifecycle(ops, ops_json, conn, queue):
     doc = ops_json("exchange", "drop", "orders", "--cascade", "--yes")
     assert doc == {"exchange": "orders", "dropped": True, "dropped_queues": ["jobs"]}
     assert column(conn, "SELECT queue_name FROM pgmq.list_queues()") == []
+
+
+def test_estimated_counts_are_marked(ops, ops_json, conn, queue):
+    # > 640 pages (5 MB): queue_metrics() estimates the counts of this table from a sample
+    conn.execute("SELECT pgmq.send_batch('jobs', array_fill(jsonb_build_object('pad', repeat('x', 300)), "
+                 "ARRAY[25000]))")
+    doc = ops_json("queues", "--no-rates")["queues"][0]
+    assert doc["estimated"] is True and doc["depth"] > 0
+    cells = next(line.split() for line in ops("queues", "--no-rates").stdout.splitlines()
+                 if line.split()[:1] == ["jobs"])
+    assert cells[1].startswith("~") and cells[2].startswith("~")  # depth, visible
