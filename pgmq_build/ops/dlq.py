@@ -6,7 +6,7 @@ import click
 
 from . import db, render
 from .options import dsn_option, handled, json_option, yes_option
-from .queues import chunk_option, do_redrive, limit_option, show_messages
+from .queues import chunk_option, do_redrive, limit_option, peek_options, show_messages
 from .render import Output
 
 
@@ -42,9 +42,7 @@ def list_(dsn: str, as_json: bool) -> None:
 
 @dlq_group.command("peek")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(min=1, max=10_000), default=10, show_default=True)
-@click.option("--after", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Only messages with msg_id above this.")
+@peek_options
 @dsn_option
 @json_option
 @handled

@@ -18,6 +18,17 @@ CHUNK = 1000  # messages per call (one transaction each) of redrive and move
 
 chunk_option = click.option("--batch", "chunk", type=click.IntRange(min=1), default=CHUNK,
                             show_default=True, help="Messages per call; each call is one transaction.")
+PEEK_MAX = 1000  # pgmq.browse's largest qty
+
+
+def peek_options(fn):
+    """--limit and --after of the peek commands."""
+    fn = click.option("--after", type=click.IntRange(min=0), default=0, show_default=True,
+                      help="Only messages with msg_id above this.")(fn)
+    return click.option("--limit", type=click.IntRange(min=1, max=PEEK_MAX), default=10,
+                        show_default=True, help=f"Messages to show (at most {PEEK_MAX}).")(fn)
+
+
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=None,
                             help="Move at most this many messages (default: all).")
 
@@ -151,9 +162,7 @@ def _pause(name: str, dsn: str, as_json: bool, *, pause: bool) -> None:
 
 @queue_group.command("peek")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(min=1, max=10_000), default=10, show_default=True)
-@click.option("--after", "after", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Only messages with msg_id above this.")
+@peek_options
 @click.option("--archived", is_flag=True, help="Look at the archive instead.")
 @dsn_option
 @json_option

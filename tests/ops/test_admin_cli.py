@@ -159,6 +159,7 @@ def test_database_error_exits_1_with_its_sqlstate(ops, ops_json):
 
 def test_usage_error_exits_2(ops):
     assert ops("queue", "peek", "jobs", "--limit", "0").exit_code == Exit.USAGE
+    assert ops("dlq", "peek", "jobs", "--limit", "1001").exit_code == Exit.USAGE  # browse's max
     assert ops("queue", "frobnicate").exit_code == Exit.USAGE
 
 
