@@ -34,6 +34,10 @@ def test_worker_metrics_count_what_it_dispatched(conn, dsn):
 
     try:
         wait_for(finished, timeout=30, what="the worker's counters")
+        # a scrape queries the database before it reads the worker's counters: once these
+        # counted everything (after each commit), the next scrape's queue series see it all
+        got = scrape(url)
+        assert got[("pgmq_worker_dispatched_total", q("work"))] == 6
         assert got[("pgmq_worker_pool_size", ())] == 2
         assert got[("pgmq_worker_reconnects_total", ())] == 0
         assert got[("pgmq_worker_dispatch_errors_total", ())] == 0
