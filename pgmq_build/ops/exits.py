@@ -11,7 +11,7 @@ class Exit(IntEnum):
     DATABASE = 1  # the server refused or failed (its SQLSTATE is printed), or was unreachable
     USAGE = 2  # bad options or arguments (click's own usage errors exit 2 too)
     NOT_FOUND = 3  # no such queue, exchange, binding or dead-letter queue
-    ABORTED = 4  # the confirmation of a destructive command was refused
+    ABORTED = 4  # the confirmation of a destructive command was refused, or Ctrl-C
 
 
 # SQLSTATEs that mean "no such thing": an unknown queue (42P01) or exchange (42704).

@@ -47,6 +47,9 @@ def handled(fn: F) -> F:
             err = database_error(exc)
             report(err, as_json)
             sys.exit(int(err.code))
+        except KeyboardInterrupt:  # Ctrl-C: what was committed stays, like a refused prompt
+            report(OpsError("interrupted", Exit.ABORTED), as_json)
+            sys.exit(int(Exit.ABORTED))
 
     return wrapper  # type: ignore[return-value]
 

@@ -15,10 +15,10 @@ from .render import Output
 
 RATE_SAMPLE_SECONDS = 1.0
 CHUNK = 1000  # messages per call (one transaction each) of redrive and move
+PEEK_MAX = 1000  # pgmq.browse's largest qty
 
 chunk_option = click.option("--batch", "chunk", type=click.IntRange(min=1), default=CHUNK,
                             show_default=True, help="Messages per call; each call is one transaction.")
-PEEK_MAX = 1000  # pgmq.browse's largest qty
 
 
 def peek_options(fn):
