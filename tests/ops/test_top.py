@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
+from pathlib import Path
 
 import pytest
 
@@ -17,14 +17,14 @@ from tests.ops.support import REPO
 
 
 class Tmux:
-    """A private tmux server (its own socket) running one command in a 160x40 window."""
+    """A private tmux server (its own socket file) running one command in a 160x40 window."""
 
-    def __init__(self, command: str) -> None:
-        self.socket = f"pgmq-top-{uuid.uuid4().hex[:8]}"
+    def __init__(self, command: str, socket: Path) -> None:
+        self.socket = str(socket)
         self._tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "top", command)
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True,
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True,
                               capture_output=True, text=True).stdout
 
     def screen(self) -> str:
@@ -34,7 +34,7 @@ class Tmux:
         self._tmux("send-keys", "-t", "top", *keys)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
 def row(screen: str, queue: str) -> list[str] | None:
@@ -47,11 +47,11 @@ def row(screen: str, queue: str) -> list[str] | None:
 
 
 @pytest.fixture
-def top(dsn):
+def top(dsn, tmp_path):
     command = (f"cd {shlex.quote(str(REPO))} && PYTHONPATH=. {shlex.quote(sys.executable)} "
                f"-m pgmq_build top --dsn {shlex.quote(dsn)} --interval 0.5; "
                "echo EXITED $?; sleep 60")
-    session = Tmux(command)
+    session = Tmux(command, tmp_path / "tmux.sock")
     yield session
     session.close()
 
