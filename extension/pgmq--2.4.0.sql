@@ -7744,7 +7744,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF queue_name IS NOT NULL THEN
-        PERFORM pgmq.format_table_name(queue_name, 'q');
+        PERFORM pgmq._format_table_name(queue_name, 'q');
         IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
@@ -7774,7 +7774,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    PERFORM pgmq._format_table_name(queue_name, 'q');
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', browse.queue_name);
@@ -7804,8 +7804,8 @@ AS $fn$
 DECLARE
     v_count bigint;
 BEGIN
-    PERFORM pgmq.format_table_name(source_queue, 'q');
-    PERFORM pgmq.format_table_name(target_queue, 'q');
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
