@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import render, surface
+from . import ops, render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
 
@@ -18,7 +18,8 @@ def _fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
-@click.group(context_settings={"auto_envvar_prefix": "PGMQ_BUILD", "help_option_names": ["-h", "--help"]})
+@click.group(cls=ops.LazyGroup,  # + metrics, queues, queue, exchange, dlq, top (pgmq_build/ops/)
+             context_settings={"auto_envvar_prefix": "PGMQ_BUILD", "help_option_names": ["-h", "--help"]})
 @click.version_option(MANIFEST.version, prog_name="pgmq-build")
 def main() -> None:
     """Generate, check, install and run the pgmq PostgreSQL extension."""
@@ -253,9 +254,11 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 @click.option("--once", is_flag=True, help="Dispatch until nothing is eligible, then exit (for cron).")
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True,
               help="Log lines on stderr.")
+@click.option("--metrics-bind", metavar="HOST:PORT", default=None,
+              help="Serve Prometheus /metrics here: the queue series and the worker's counters.")
 def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int, start_delay: float,
            idle_timeout: float, naptime_ms: int, batch: int, tx_batch: int, once: bool,
-           log_format: str) -> None:
+           log_format: str, metrics_bind: str | None) -> None:
     """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM."""
     from .worker import run_cli
 
@@ -263,7 +266,23 @@ def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int
         raise click.BadParameter("must be at least --min-workers", param_hint="--max-workers")
     sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, min_workers=min_workers,
                      max_workers=max_workers, start_delay=start_delay, idle_timeout=idle_timeout,
-                     naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch))
+                     naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch,
+                     metrics_bind=metrics_bind))
+
+
+@main.command()
+@click.option("--dsn", required=True, help="Database to show (libpq DSN or URI).")
+@click.option("--bind", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Address to listen on (keep it local: the dashboard has no login).")
+@click.option("--allow-actions", is_flag=True,
+              help="Show and accept redrive, pause/resume and purge (default: read-only).")
+@click.option("--sample-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between pgmq.queue_metrics() samples for the charts.")
+def dashboard(dsn: str, bind: str, allow_actions: bool, sample_interval: float) -> None:
+    """A web dashboard: queues, charts, a message browser and dead letters (README: Dashboard)."""
+    from .dashboard import run
+
+    sys.exit(run(dsn, bind, allow_actions, sample_interval, echo=click.echo))
 
 
 if __name__ == "__main__":
