@@ -1,4 +1,4 @@
-"""A one-minute soak (pgmq_build/chaos/runner.run_soak: steady mixed load, a fault every 10 s)
+"""A one-minute soak (pgmq_build/chaos/runner.run_soak: steady mixed load, a fault every 8 s)
 and its report: the ledger holds, every fault is recovered from within 30 s, table sizes and
 dead tuples are sampled and judged by steady.py's flat rule; the report is written as Markdown
 and JSON. Plus the command's options."""
@@ -16,11 +16,10 @@ from pgmq_build.chaos.runner import RECOVERY_LIMIT, run_soak
 @pytest.mark.chaos
 def test_soak_one_minute_and_its_report(tmp_path, capsys):
     with capsys.disabled():
-        r = run_soak(1.0, fault_every=10.0)
+        r = run_soak(1.0, fault_every=8.0)
     v = r["ledger"]
     assert v["lost"] == 0 and v["beyond_rules"] == 0, v
-    assert len(r["events"]) >= 3
-    assert {e["fault"] for e in r["events"]} >= {"terminate", "restart", "xmin"}
+    assert {e["fault"] for e in r["events"]} == {"terminate", "restart", "xmin", "timeouts"}
     assert all(s is not None and s <= RECOVERY_LIMIT for s in r["recovery_seconds"]), r["events"]
     samples = r["samples"]["pgmq.q_work"]
     assert len(samples) >= 20 and all(s["table_bytes"] > 0 for s in samples)
