@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import psycopg
 
-from .run import log, on_server, prepare_database, prepare_upstream_database
+from .run import drop_bench_databases, log, on_server, prepare_database, prepare_upstream_database
 
 QUEUE = "bench_metrics"
 # One call timed by the server: the caller's round trip and result transfer do not count.
@@ -92,6 +92,22 @@ def measure(dsn: str, system: str, call: str, depth_sql: str, repeat: int) -> Ro
 
 
 def run(args: argparse.Namespace, dsn: str, where: str) -> int:
+    try:
+        rows = measure_all(args, dsn)
+    finally:
+        drop_bench_databases(dsn)
+    print(f"metrics calls on a queue of {args.messages} messages ({args.leased} leased), {where}, "
+          f"{args.repeat} calls each (server time)")
+    print(f"{'system':<16} {'call':<36} {'median ms':>10} {'max ms':>8} {'depth':>9}  estimated")
+    for r in rows:
+        print(f"{r.system:<16} {r.call:<36} {r.median_ms:>10.2f} {r.max_ms:>8.2f} {r.depth:>9}  {r.estimated}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump([asdict(r) for r in rows], out, indent=2)
+    return 0
+
+
+def measure_all(args: argparse.Namespace, dsn: str) -> list[Row]:
     ours, how = prepare_database(dsn)
     log(f"ours: {how}")
     fill(ours, args.messages, args.leased)
@@ -108,15 +124,7 @@ def run(args: argparse.Namespace, dsn: str, where: str) -> int:
         fill(up, args.messages, args.leased)
         rows.append(measure(up, f"upstream {version}", f"pgmq.metrics({q})",
                             f"SELECT queue_length, false FROM pgmq.metrics({q})", args.repeat))
-    print(f"metrics calls on a queue of {args.messages} messages ({args.leased} leased), {where}, "
-          f"{args.repeat} calls each (server time)")
-    print(f"{'system':<16} {'call':<36} {'median ms':>10} {'max ms':>8} {'depth':>9}  estimated")
-    for r in rows:
-        print(f"{r.system:<16} {r.call:<36} {r.median_ms:>10.2f} {r.max_ms:>8.2f} {r.depth:>9}  {r.estimated}")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump([asdict(r) for r in rows], out, indent=2)
-    return 0
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -442,9 +442,17 @@ class Bench:
 
 # --- set-up and report ---------------------------------------------------------------------------
 
+def drop_bench_databases(dsn: str) -> None:
+    """Leave nothing behind on a --dsn server (FORCE: sessions watching them, an exporter say,
+    are ended)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for db in (BENCH_DB, UPSTREAM_DB):
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
 def _recreate(dsn: str, dbname: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {dbname}")
+        conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")  # FORCE: ends an exporter's session
         conn.execute(f"CREATE DATABASE {dbname}")
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
@@ -612,9 +620,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         clients_impl.close()
         for conn in conns:
             conn.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:  # leave nothing behind on a --dsn server
-        for db in (BENCH_DB, UPSTREAM_DB):
-            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+    drop_bench_databases(dsn)
     wall = time.monotonic() - t0
 
     ours_version = ext[0] if ext else None

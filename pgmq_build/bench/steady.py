@@ -876,7 +876,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
     finally:
         with _connect(dsn) as conn:  # leave nothing behind on a --dsn server
             for db in (STEADY_DB, STEADY_UPSTREAM_DB):
-                conn.execute(f"DROP DATABASE IF EXISTS {db}")
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     load_end = os.getloadavg()
     wall = time.monotonic() - t0
     print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in load_start)}"
