@@ -1095,6 +1095,9 @@ DECLARE
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
+    v_left      integer := qty;
+    v_got       integer;
+    v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1108,27 +1111,41 @@ BEGIN
         RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
         RETURN;
     END IF;
-    FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
-        IF v_r.reason IS NULL THEN
-            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSE
-            v_dead := v_dead || v_r.reason;
-            v_dead_ids := v_dead_ids || v_r.msg_id;
-        END IF;
-    END LOOP;
-    IF cardinality(v_dead) > 0 THEN
-        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-            PERFORM pgmq._dead_letter(queue_name,
-                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-                v_i.reason);
+        v_got := 0;
+        v_retried := false;
+        FOR v_r IN SELECT * FROM pgmq._static_read_judged(
+                       v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+        LOOP
+            IF v_r.reason IS NULL THEN
+                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                v_got := v_got + 1;
+            ELSIF v_r.reason = 'retry' THEN
+                v_retried := true;  -- settled for a later attempt: it stays
+            ELSE
+                v_dead := v_dead || v_r.reason;
+                v_dead_ids := v_dead_ids || v_r.msg_id;
+            END IF;
         END LOOP;
-    END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows
+        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
+        IF cardinality(v_dead) > 0 THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+            v_dead := '{}';
+            v_dead_ids := '{}';
+        END IF;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -1183,6 +1200,9 @@ DECLARE
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
+    v_left      integer := qty;
+    v_got       integer;
+    v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1196,27 +1216,41 @@ BEGIN
         RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
         RETURN;
     END IF;
-    FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
-        IF v_r.reason IS NULL THEN
-            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSE
-            v_dead := v_dead || v_r.reason;
-            v_dead_ids := v_dead_ids || v_r.msg_id;
-        END IF;
-    END LOOP;
-    IF cardinality(v_dead) > 0 THEN
-        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-            PERFORM pgmq._dead_letter(queue_name,
-                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-                v_i.reason);
+        v_got := 0;
+        v_retried := false;
+        FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
+                       v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+        LOOP
+            IF v_r.reason IS NULL THEN
+                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                v_got := v_got + 1;
+            ELSIF v_r.reason = 'retry' THEN
+                v_retried := true;  -- settled for a later attempt: it stays
+            ELSE
+                v_dead := v_dead || v_r.reason;
+                v_dead_ids := v_dead_ids || v_r.msg_id;
+            END IF;
         END LOOP;
-    END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows
+        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
+        IF cardinality(v_dead) > 0 THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+            v_dead := '{}';
+            v_dead_ids := '{}';
+        END IF;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -1498,9 +1532,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1613,9 +1648,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1980,9 +2016,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2039,9 +2076,10 @@ $path$;',
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
 FROM done d
 UNION ALL
-SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
-WHERE j.reason IS NOT NULL
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2177,9 +2215,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2235,9 +2274,10 @@ $path$;',
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
 FROM done d
 UNION ALL
-SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
-WHERE j.reason IS NOT NULL
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
 ORDER BY 9, 1
 ;
 RETURN;
