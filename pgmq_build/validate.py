@@ -45,10 +45,10 @@ def queue_name(name: str, value: object) -> str:
 
 def integer(name: str, value: object, minimum: int, maximum: int = INT32_MAX) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int from {minimum} to {maximum}, got "
+        raise TypeError(f"{name} must be an integer from {minimum} to {maximum}, got "
                         f"{type(value).__name__} {value!r:.60}")
     if not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be an int from {minimum} to {maximum}, got {value}")
+        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}, got {value}")
     return value
 
 
@@ -70,7 +70,7 @@ def msg_ids(name: str, value: object) -> int | list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         return integer(name, value, -INT64_MAX - 1, INT64_MAX)
     if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
-        raise TypeError(f"{name} must be an int or a sequence of ints, got "
+        raise TypeError(f"{name} must be an integer or a sequence of integers, got "
                         f"{type(value).__name__} {value!r:.60}")
     return [integer(f"{name}[{i}]", v, -INT64_MAX - 1, INT64_MAX) for i, v in enumerate(value)]
 

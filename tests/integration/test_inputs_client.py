@@ -126,7 +126,7 @@ def test_client_constructor_arguments(dsn):
         Client(5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="pool must be a psycopg_pool.ConnectionPool"):
         Client(pool=5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_size must be an int from 3"):
+    with pytest.raises(ValueError, match="max_size must be an integer from 3"):
         Client(dsn, min_size=3, max_size=2)
 
 
