@@ -71,6 +71,25 @@ class FiniteFloat(click.FloatRange):
         return rv
 
 
+class DsnType(click.ParamType):
+    """A libpq connection string or URI, parsed (not connected to): a typo is a usage error."""
+
+    name = "dsn"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value)
+        except ProgrammingError as exc:
+            self.fail(f"not a libpq connection string or URI: {str(exc).strip()}", param, ctx)
+        return value
+
+
+DSN = DsnType()
+
+
 @click.group(cls=_Group,
              context_settings={"auto_envvar_prefix": ENVVAR_PREFIX, "help_option_names": ["-h", "--help"]})
 @click.version_option(MANIFEST.version, prog_name="pgmq-build")
@@ -97,7 +116,10 @@ def generate(out: Path | None) -> None:
         api = _listing(files)
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
-    written = [outdir / name for name in render.write_outputs(outdir, files)]
+    try:
+        written = [outdir / name for name in render.write_outputs(outdir, files)]
+    except OSError as exc:
+        _fail(f"cannot write into {outdir}: {exc}")
     if outdir.resolve() != source.resolve():  # a complete, installable copy: the frozen scripts too
         for name in render.released_scripts(MANIFEST.released):
             if not (outdir / name).exists():
@@ -219,13 +241,17 @@ def explain(code: str) -> None:
 
 
 @main.command()
-@click.option("--dsn", default=None, help="Database to install into (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, default=None, help="Database to install into (libpq DSN or URI).")
 @click.option("--standalone", is_flag=True, help="Apply the standalone SQL script (no extension files needed).")
 @click.option("--files-only", is_flag=True, help="Only copy the extension files into pg_config --sharedir.")
 @click.option("--pg-config", default="pg_config", show_default=True, help="pg_config to locate the server's sharedir.")
 def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str) -> None:
     """Install the extension files and CREATE EXTENSION, or apply the standalone script."""
     from . import install as inst
+
+    if files_only and (dsn or standalone):
+        raise click.UsageError("--files-only copies files and touches no database: "
+                               "drop --dsn / --standalone, or drop --files-only")
 
     try:
         if standalone:
@@ -242,7 +268,7 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
 
 
 @main.command()
-@click.option("--dsn", required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
 @click.option("--to", "target", type=click.Choice(["extension", "standalone"]), default=None,
               envvar=[f"{ENVVAR_PREFIX}_MIGRATE_TO", f"{ENVVAR_PREFIX}_MIGRATE_TARGET"],
               help="What it becomes: extension pgmq (default when its files are installed on the server) "
@@ -261,7 +287,7 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
+@click.option("--dsn", type=DSN, default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
 @click.option("--migrate", "migrate_", is_flag=True, envvar=[f"{ENVVAR_PREFIX}_DEMO_MIGRATE", f"{ENVVAR_PREFIX}_DEMO_MIGRATE_"],
@@ -285,7 +311,7 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", required=True, help="Database to serve (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, help="Database to serve (libpq DSN or URI).")
 @click.option("--queue", "queues", multiple=True, metavar="Q",
               envvar=[f"{ENVVAR_PREFIX}_WORKER_QUEUE", f"{ENVVAR_PREFIX}_WORKER_QUEUES"],
               help="Serve this queue (repeatable; default: every queue in pgmq.list_callbacks(), re-read every 10 s).")

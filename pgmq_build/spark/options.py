@@ -48,10 +48,12 @@ def check_known(options: Mapping[str, str], direction: str) -> None:
     for key in options:
         if key.lower() in known:
             continue
-        elsewhere = [d for d, keys in OPTIONS.items() if key.lower() in {k.lower() for k in keys}]
+        # Spark hands the keys over lower-cased: name the option as documented
+        elsewhere = {d: k for d, keys in OPTIONS.items() for k in keys if k.lower() == key.lower()}
         if elsewhere:
-            raise PgmqSparkError(f"option {key!r} is a {' / '.join(elsewhere)} option: the pgmq "
-                                 f"data source does not use it for {direction}")
+            raise PgmqSparkError(f"option {next(iter(elsewhere.values()))!r} is a "
+                                 f"{' / '.join(elsewhere)} option: the pgmq data source does not "
+                                 f"use it for {direction}")
         close = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.7)
         hint = f" (did you mean {known[close[0]]!r}?)" if close else ""
         raise PgmqSparkError(f"unknown option {key!r} for {direction}{hint}; known: "

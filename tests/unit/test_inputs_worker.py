@@ -118,7 +118,7 @@ def test_cli_names_the_environment_variable_a_bad_value_came_from():
 def test_options_renamed_in_python_read_the_documented_variables():
     """PGMQ_BUILD_<COMMAND>_<OPTION> (README): --to, --queue and --migrate have other Python
     names, whose automatic variables (..._TARGET, ..._QUEUES, ..._MIGRATE_) nobody would guess."""
-    result = CliRunner().invoke(main, ["migrate", "--dsn", "x"], env={"PGMQ_BUILD_MIGRATE_TO": "bogus"})
+    result = CliRunner().invoke(main, ["migrate", "--dsn", "dbname=x"], env={"PGMQ_BUILD_MIGRATE_TO": "bogus"})
     assert result.exit_code == 2 and "PGMQ_BUILD_MIGRATE_TO" in result.output
     # (PGMQ_BUILD_WORKER_QUEUE: tests/integration/test_inputs_worker.py)
 
