@@ -106,6 +106,10 @@ def generate(out: Path | None) -> None:
     and the API listing docs/api.txt (not with --out)."""
     source = extension_dir()
     outdir = out or source
+    try:  # before the render (seconds): a bad --out fails at once
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot write into {outdir}: {exc}")
     problems = render.release_problems(source, MANIFEST)
     if problems:
         for p in problems:
