@@ -120,3 +120,22 @@ def test_any_key_is_known_to_its_direction_or_refused(key, direction):
         assert key.lower() in known or repr(key) in str(exc)
         return
     assert key.lower() in known
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    ({"vt": True}, TypeError, ["vt", "bool"]),
+    ({"vt": 2**31}, ValueError, ["vt", "2147483647"]),
+    ({"max_messages": 0}, ValueError, ["max_messages", "got 0"]),
+    ({"partitions": 0}, ValueError, ["partitions", "got 0"]),  # was: silently the default
+    ({"partitions": -1}, ValueError, ["partitions"]),
+    ({"queue": ""}, ValueError, ["queue", "empty"]),
+    ({"conditional": '{"a": 1}'}, TypeError, ["conditional", "dict", "str"]),
+])
+def test_consume_checks_its_arguments_before_spark_is_asked(kwargs, exc, words):
+    from pgmq_build.spark import consume
+
+    args = {"dsn": "host=x", "queue": "q", "vt": 30, "max_messages": 10, **kwargs}
+    with pytest.raises(exc) as info:
+        consume(None, **args)  # no session needed: nothing reaches Spark
+    for word in words:
+        assert word in str(info.value)
