@@ -139,3 +139,27 @@ def test_consume_checks_its_arguments_before_spark_is_asked(kwargs, exc, words):
         consume(None, **args)  # no session needed: nothing reaches Spark
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("columns,words", [
+    ({"message": (['{"a":1}', None, None], "string")}, ["message column 'message' has 2 null"]),
+    ({"message": (["{}", "{}"], "string"), "delay": ([5, -3], "int64")},
+     ["delay cannot be negative", "'delay' holds -3"]),
+    ({"message": (["{}", "{}"], "string"), "delay": ([0, 2**31], "int64")},
+     ["delay cannot exceed 2147483647", f"holds {2**31}"]),  # was an Arrow overflow in the task
+])
+def test_bad_values_in_rows_fail_the_task_naming_them(columns, words):
+    """What the driver cannot see (values, not types) fails the task that meets them, before it
+    writes anything (encode() runs before each batch is sent)."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+
+    from pgmq_build.spark.publishing import Columns, encode
+
+    batch = pa.RecordBatch.from_pydict({k: pa.array(v, t) for k, (v, t) in columns.items()})
+    cols = Columns(delay="delay" if "delay" in columns else None)
+    with pytest.raises(PgmqSparkError) as info:
+        encode(batch, cols, datetime.now(timezone.utc), routed=False)
+    for word in words:
+        assert word in str(info.value)
