@@ -149,8 +149,8 @@ def test_consume_checks_its_arguments_before_spark_is_asked(kwargs, exc, words):
      ["delay cannot exceed 2147483647", f"holds {2**31}"]),  # was an Arrow overflow in the task
 ])
 def test_bad_values_in_rows_fail_the_task_naming_them(columns, words):
-    """What the driver cannot see (values, not types) fails the task that meets them, before it
-    writes anything (encode() runs before each batch is sent)."""
+    """What the driver cannot see (values, not types) fails the task that meets them; the task's
+    transaction then rolls back (other tasks of an at-least-once write may have committed)."""
     from datetime import datetime, timezone
 
     import pyarrow as pa
