@@ -894,6 +894,7 @@ DECLARE
     v_delay     integer;
     v_backoff   double precision;
     v_max_delay integer;
+    v_paused    boolean;
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
@@ -901,9 +902,12 @@ DECLARE
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused
     FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
         RETURN;
@@ -978,6 +982,7 @@ DECLARE
     v_delay     integer;
     v_backoff   double precision;
     v_max_delay integer;
+    v_paused    boolean;
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
@@ -985,9 +990,12 @@ DECLARE
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused
     FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
         RETURN;
@@ -2305,7 +2313,8 @@ CREATE TABLE pgmq.queue_settings (
     message_limits    BOOLEAN NOT NULL DEFAULT false,
     -- typed payloads (set_payload_type): format_type() of the queue's payload type, NULL =
     -- jsonb. Text, not regtype: pg_upgrade refuses reg* columns in user tables.
-    payload_type      TEXT CHECK (payload_type <> 'jsonb')
+    payload_type      TEXT CHECK (payload_type <> 'jsonb'),
+    paused            BOOLEAN NOT NULL DEFAULT false
 );
 
 
@@ -2925,6 +2934,9 @@ DECLARE
     v_result pgmq.message_record;
 BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.paused THEN
+        RETURN NULL;  -- paused (features/ops): consumers get nothing
+    END IF;
     IF v_policy.payload_type <> ALL (kinds) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
@@ -3740,6 +3752,9 @@ BEGIN
           AND i.indisvalid
     );
     SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -4213,6 +4228,9 @@ BEGIN
           AND i.indisvalid
     );
     SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_rr.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -4667,6 +4685,9 @@ BEGIN
           AND i.indisvalid
     );
     SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_head.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -7104,6 +7125,18 @@ CREATE TABLE pgmq.callbacks (
     -- the role that registered it: dispatch runs the callback with this role's rights only
     registrant    NAME NOT NULL DEFAULT current_user
 );
+-- How many callbacks of each queue ran and how many raised (queue_metrics). A dispatcher adds to
+-- one of 16 rows per queue, chosen by its backend pid, so that concurrent dispatchers rarely wait
+-- for each other's row lock; the rows go with the queue.
+CREATE TABLE pgmq.callback_counts (
+    queue_name VARCHAR NOT NULL
+        CONSTRAINT callback_counts_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    shard      SMALLINT NOT NULL,
+    succeeded  BIGINT NOT NULL DEFAULT 0,
+    failed     BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue_name, shard)
+);
 
 -- features/callbacks/functions/callbacks.sql.j2
 -- register_callback: run procedure `callback` (a signature such as 'handle(jsonb)', looked up in
@@ -7359,11 +7392,17 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
+        VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
         RETURN 'failed';
     END;
     -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
     -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
     PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
+    VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded + 1;
     RETURN 'done';
 END;
 $fn$;
@@ -7420,6 +7459,399 @@ BEGIN
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks) to their callbacks, committing after each; failures go through the retry policy. CALL outside a transaction block.';
+
+-- ---------------------------------------------------------------- feature: ops
+
+-- features/ops/types.sql.j2
+-- One queue's row of queue_metrics(). Counters (total_sent, callback_*) never decrease; the
+-- counts are exact unless `estimated` (large tables: see _count_messages).
+CREATE TYPE pgmq.queue_metrics_record AS (
+    queue_name             TEXT,
+    paused                 BOOLEAN,
+    depth                  BIGINT,
+    visible                BIGINT,
+    in_flight              BIGINT,
+    delayed                BIGINT,
+    oldest_msg_age_sec     DOUBLE PRECISION,
+    newest_msg_age_sec     DOUBLE PRECISION,
+    dead_letter_queue      TEXT,
+    dead_letter_depth      BIGINT,
+    archive_rows           BIGINT,
+    total_sent             BIGINT,
+    table_bytes            BIGINT,
+    index_bytes            BIGINT,
+    archive_bytes          BIGINT,
+    dead_tuples            BIGINT,
+    default_partition_rows BIGINT,
+    callback_succeeded     BIGINT,
+    callback_failed        BIGINT,
+    estimated              BOOLEAN,
+    measured_at            TIMESTAMP WITH TIME ZONE
+);
+
+-- features/ops/functions/pause.sql.j2
+CREATE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE FUNCTION pgmq.resume(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgmq.queue_settings s SET paused = false
+    WHERE s.queue_name = resume.queue_name AND s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
+
+-- features/ops/functions/queue_metrics.sql.j2
+-- _count_rows: the rows of one table (archive, dead-letter queue, default partition): exact
+-- when it is small, else estimated from a sample (see EXACT_PAGES in the template).
+CREATE FUNCTION pgmq._count_rows(table_name text, OUT row_count bigint, OUT estimated boolean)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel   regclass := to_regclass(format('pgmq.%I', table_name));
+    v_pages double precision;
+    v_pct   double precision;
+BEGIN
+    IF v_rel IS NULL THEN
+        RETURN;
+    END IF;
+    v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+ FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+       UNION ALL
+       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format('SELECT count(*) FROM pgmq.%I', table_name) INTO row_count;
+    ELSE
+        row_count := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                             UNION ALL
+                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+        IF row_count = 0 THEN  -- statistics lost (crash): a sample
+            v_pct := 100.0 * 200 / v_pages;
+            EXECUTE format('SELECT (count(*) * 100 / $1)::bigint FROM pgmq.%I TABLESAMPLE SYSTEM ($1)', table_name)
+            INTO row_count USING v_pct;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+-- _count_messages: a queue table's messages by state, exact or estimated as _count_rows.
+CREATE FUNCTION pgmq._count_messages(table_name text, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel    regclass := format('pgmq.%I', table_name)::regclass;
+    v_pages  double precision := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+ FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+       UNION ALL
+       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    v_pct    double precision;
+    v_hidden bigint;
+    v_sample record;
+BEGIN
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format(
+            $q$SELECT count(*),
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0),
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0)
+               FROM pgmq.%I$q$, table_name)
+        INTO depth, in_flight, delayed;
+        RETURN;
+    END IF;
+    depth := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                             UNION ALL
+                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    -- the hidden ones exactly while they are few (ORDER BY vt: the vt index, stopping early)
+    EXECUTE format(
+        $q$SELECT count(*), count(*) FILTER (WHERE read_ct > 0)
+           FROM (SELECT read_ct FROM pgmq.%I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, table_name)
+    INTO v_hidden, in_flight
+    USING 10000 + 1;
+    delayed := v_hidden - in_flight;
+    IF depth = 0 OR v_hidden > 10000 THEN
+        -- statistics lost (crash), or many hidden messages: a sample
+        v_pct := 100.0 * 200 / v_pages;
+        EXECUTE format(
+            $q$SELECT (count(*) * 100 / $1)::bigint AS depth,
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0) AS in_flight,
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0) AS delayed
+               FROM pgmq.%I TABLESAMPLE SYSTEM ($1)$q$, table_name)
+        INTO v_sample
+        USING v_pct;
+        IF depth = 0 THEN
+            depth := v_sample.depth;
+        END IF;
+        IF v_hidden > 10000 AND v_sample.depth > 0 THEN
+            -- the sample's split of the whole (its depth is scaled, its parts are not)
+            in_flight := (depth * v_sample.in_flight * 100 / v_pct / v_sample.depth)::bigint;
+            delayed := (depth * v_sample.delayed * 100 / v_pct / v_sample.depth)::bigint;
+        END IF;
+    END IF;
+    depth := greatest(depth, in_flight + delayed);
+END;
+$fn$;
+
+-- _queue_metrics_of: one queue's row of queue_metrics().
+CREATE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
+    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_ages    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+BEGIN
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
+
+    v_msgs := pgmq._count_messages(v_qtable);
+    v_est := v_msgs.estimated;
+
+    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
+    EXECUTE format(
+        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        v_qtable)
+    INTO v_ages
+    USING v_now;
+
+    IF v_set.dead_letter_queue IS NOT NULL THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_class c
+            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
+                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    ORDER BY q.name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+-- features/ops/functions/browse.sql.j2
+CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
+    END IF;
+    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+           FROM pgmq.%I
+           WHERE msg_id > $1
+           ORDER BY msg_id
+           LIMIT $2$q$,
+        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
+    USING coalesce(after_msg_id, 0), qty;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
+
+CREATE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
+    END IF;
+    IF source_queue = target_queue THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'source_queue and target_queue must differ';
+    END IF;
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
+               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             move_messages.target_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
+                             move_messages.source_queue,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
+               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
+        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
+    END IF;
+    -- One statement: a message is always in exactly one of the two queues.
+    EXECUTE format(
+        $q$WITH picked AS (
+            SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+            RETURNING m.msg_id, m.message, m.headers, m.priority
+        )
+        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+        SELECT clock_timestamp(), message, headers, priority
+        FROM moved ORDER BY msg_id$q$,
+        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
+    USING max_messages;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
 
 -- ---------------------------------------------------------------- feature: access
 
@@ -7724,6 +8156,17 @@ CREATE POLICY callbacks_insert ON pgmq.callbacks FOR INSERT
 CREATE POLICY callbacks_update ON pgmq.callbacks FOR UPDATE
 USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
 CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+-- callback_counts: whoever may delete a queue's messages may dispatch them, and counts what it dispatched
+ALTER TABLE pgmq.callback_counts ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.callback_counts TO PUBLIC;
+CREATE POLICY callback_counts_read ON pgmq.callback_counts FOR SELECT USING (true);
+CREATE POLICY callback_counts_insert ON pgmq.callback_counts FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'DELETE'));
+CREATE POLICY callback_counts_update ON pgmq.callback_counts FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'DELETE'));
+CREATE POLICY callback_counts_delete ON pgmq.callback_counts FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
 -- queue_owners: written by our SECURITY DEFINER routines, and by trusted roles for the queues

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from . import render, surface
+from . import ops, render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
 
@@ -57,7 +57,7 @@ def _bad_option(ctx: click.Context, option: str, message: str) -> click.BadParam
     return click.BadParameter(message + _envvar_note(ctx, param), ctx=ctx, param_hint=option)
 
 
-class _Group(click.Group):
+class _Group(ops.LazyGroup):
     command_class = _Command
 
 
@@ -90,7 +90,7 @@ class DsnType(click.ParamType):
 DSN = DsnType()
 
 
-@click.group(cls=_Group,
+@click.group(cls=_Group,  # + metrics, queues, queue, exchange, dlq, top (pgmq_build/ops/)
              context_settings={"auto_envvar_prefix": ENVVAR_PREFIX, "help_option_names": ["-h", "--help"]})
 @click.version_option(MANIFEST.version, prog_name="pgmq-build")
 def main() -> None:
@@ -339,9 +339,11 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 @click.option("--once", is_flag=True, help="Dispatch until nothing is eligible, then exit (for cron).")
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True,
               help="Log lines on stderr.")
+@click.option("--metrics-bind", metavar="HOST:PORT", default=None,
+              help="Serve Prometheus /metrics here: the queue series and the worker's counters.")
 def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int, start_delay: float,
            idle_timeout: float, naptime_ms: int, batch: int, tx_batch: int, once: bool,
-           log_format: str) -> None:
+           log_format: str, metrics_bind: str | None) -> None:
     """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM.
     Bad options exit 2 before connecting; a --queue that does not exist exits 2 before any
     thread starts; a server that cannot be reached exits 1."""
@@ -354,7 +356,23 @@ def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int
     except SettingError as exc:
         option = "--queue" if exc.setting == "queues" else "--" + exc.setting.replace("_", "-")
         raise _bad_option(click.get_current_context(), option, str(exc)) from None
-    sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, **options))
+    sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, metrics_bind=metrics_bind,
+                     **options))
+
+
+@main.command()
+@click.option("--dsn", required=True, help="Database to show (libpq DSN or URI).")
+@click.option("--bind", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Address to listen on (keep it local: the dashboard has no login).")
+@click.option("--allow-actions", is_flag=True,
+              help="Show and accept redrive, pause/resume and purge (default: read-only).")
+@click.option("--sample-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between pgmq.queue_metrics() samples for the charts.")
+def dashboard(dsn: str, bind: str, allow_actions: bool, sample_interval: float) -> None:
+    """A web dashboard: queues, charts, a message browser and dead letters (README: Dashboard)."""
+    from .dashboard import run
+
+    sys.exit(run(dsn, bind, allow_actions, sample_interval, echo=click.echo))
 
 
 if __name__ == "__main__":

@@ -283,7 +283,15 @@ CALLBACKS = Feature(
     name="callbacks",
     uses=("core", "delivery"),
     templates=("tables.sql.j2", "functions/callbacks.sql.j2"),
-    config_tables=("callbacks",),
+    config_tables=("callbacks", "callback_counts"),
+)
+
+# Operations: metrics for dashboards and exporters, pause/resume, browsing and moving messages.
+OPS = Feature(
+    name="ops",
+    uses=("core", "delivery", "callbacks"),
+    templates=("types.sql.j2", "functions/pause.sql.j2", "functions/queue_metrics.sql.j2",
+               "functions/browse.sql.j2"),
 )
 
 ACCESS = Feature(
@@ -394,6 +402,9 @@ ROUTINES = policies(
     "list_callbacks", "_dispatch_one", "_callback_queues",
     Policy("dispatch", commits=True,
            unpinned_reason="commits once per message, so one failing callback never undoes another"),
+    # ops
+    "pause", "resume", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
+    "browse", "move_messages",
     # access
     Policy("_set_queue_access",
            definer_reason="grants and revokes privileges on tables that belong to the extension's owner, "
@@ -413,5 +424,5 @@ UPSTREAM_CONTRACT = tuple(line for line in UPSTREAM_CONTRACT_FILE.read_text().sp
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
                     features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
-                              CALLBACKS, ACCESS),
+                              CALLBACKS, OPS, ACCESS),
                     upstream=UPSTREAM_VERSIONS, routines=ROUTINES, contract=UPSTREAM_CONTRACT)

@@ -387,6 +387,7 @@ class Worker:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # pool and totals
         self._totals = Totals()
+        self._queue_totals: dict[str, list[int]] = {}  # queue -> [done, failed] (metrics)
         self._pool: list[_Dispatcher] = []
         self._isolate_until: dict[str, float] = {}  # queue -> one message per statement until
         self._seq = 0
@@ -404,6 +405,11 @@ class Worker:
     def totals(self) -> Totals:
         with self._lock:
             return Totals(**asdict(self._totals))
+
+    def queue_totals(self) -> dict[str, tuple[int, int]]:
+        """queue -> (done, failed) so far, as counted in totals."""
+        with self._lock:
+            return {q: (d, f) for q, (d, f) in self._queue_totals.items()}
 
     @property
     def workers(self) -> int:
@@ -689,6 +695,9 @@ class Worker:
                     with self._lock:
                         self._totals.done += n_done
                         self._totals.failed += n_failed
+                        per_queue = self._queue_totals.setdefault(queue, [0, 0])
+                        per_queue[0] += n_done
+                        per_queue[1] += n_failed
                     first = done + failed == 0
                     done += n_done
                     failed += n_failed
@@ -845,10 +854,11 @@ class TextFormatter(logging.Formatter):
 
 
 def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
-            log_format: str = "json", **options: Any) -> int:
+            log_format: str = "json", metrics_bind: str | None = None, **options: Any) -> int:
     """What `pgmq-build worker` does: log to stderr, run until SIGTERM/SIGINT (or, with once,
     until idle), return the exit code. A second signal exits at once (status 1): the server
-    rolls the in-flight messages back, and the next dispatch counts the attempt."""
+    rolls the in-flight messages back, and the next dispatch counts the attempt. metrics_bind
+    (HOST:PORT) serves /metrics: the queue series and the worker's counters."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     log.handlers[:] = [handler]
@@ -860,6 +870,17 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     except SettingError as exc:
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
+    stop_metrics: Callable[[], None] | None = None
+    if metrics_bind:
+        from .ops.exits import OpsError
+        from .ops.metrics import serve_worker
+
+        try:
+            stop_metrics = serve_worker(worker, dsn, metrics_bind)
+        except OpsError as exc:
+            log.error("bad_options", extra={"fields": {"error": exc.message}})
+            return 2
+        worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
 
     signals = 0
 
@@ -890,6 +911,8 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
         log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
         return 1
     finally:
+        if stop_metrics is not None:
+            stop_metrics()
         for s, h in previous.items():
             signal.signal(s, h)
 

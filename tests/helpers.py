@@ -104,13 +104,14 @@ def run_threads(threads: Iterable[threading.Thread]) -> None:
         t.join()
 
 
-def run_cli(*args: str):
-    """`pgmq-build ARGS...` in-process (click's CliRunner); returns the click Result."""
+def run_cli(*args: str, input: str | None = None):
+    """`pgmq-build ARGS...` in-process (click's CliRunner; `input` is its stdin); returns the
+    click Result."""
     from click.testing import CliRunner
 
     from pgmq_build import cli
 
-    return CliRunner().invoke(cli.main, list(args))
+    return CliRunner().invoke(cli.main, list(args), input=input)
 
 
 # -- fault tests (test_crash, test_delivery_stress) ---------------------------------------------

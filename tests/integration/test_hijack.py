@@ -280,7 +280,15 @@ SCENARIO = [
     ("SELECT callback FROM pgmq.list_callbacks()", "app.handle(jsonb)"),
     ("CALL pgmq.dispatch('cbq')", ANY),
     ("CALL pgmq.dispatch()", ANY),
+    ("SELECT callback_succeeded FROM pgmq.queue_metrics('cbq')", 1),
     ("CALL pgmq.unregister_callback('cbq', 'app.handle(pg_catalog.jsonb)')", ANY),
+    # operations
+    ("SELECT pgmq.pause('plain')", True),
+    ("SELECT pgmq.resume('plain')", True),
+    ("SELECT depth FROM pgmq.queue_metrics('plain')", ANY),
+    ("SELECT count(*) FROM pgmq.queue_metrics()", ANY),
+    ("SELECT count(*) FROM pgmq.browse('plain')", ANY),
+    ("SELECT pgmq.move_messages('plain', 'fast')", ANY),
     # partitioned (pg_partman). pg_partman 4.x sets its own search_path to 'partman, pg_temp,
     # <ours>', so pg_temp comes before pg_catalog there and a temporary type named text breaks
     # it (fails closed; a pg_partman limitation, and only the session's own objects): the

@@ -168,6 +168,13 @@ CASES = [
     _q(f"SELECT pgmq.send_reserved({T}, '{{}}', 10)"),
     _q(f"SELECT pgmq.confirm({T}, ARRAY[1]::bigint[])"),
     _q(f"SELECT pgmq.expire_messages({T})"),
+    # queue names: operations
+    _q(f"SELECT pgmq.pause({T})"),
+    _q(f"SELECT pgmq.resume({T})"),
+    _q(f"SELECT * FROM pgmq.queue_metrics({T})"),
+    _q(f"SELECT * FROM pgmq.browse({T})"),
+    _q(f"SELECT pgmq.move_messages({T}, 'dlq')"),
+    _q(f"SELECT pgmq.move_messages('dlq', {T})", QUEUE | {"22023"}),  # itself
     # queue names: notifications
     _q(f"SELECT pgmq.enable_notify_insert({T}, 0)"),
     _q(f"SELECT pgmq.disable_notify_insert({T})"),

@@ -1,0 +1,361 @@
+"""The dashboard's pages and actions, and its safety rules: read-only unless started with
+allow_actions, a Host check on every request (no DNS rebinding), and for every POST a
+same-origin check plus a per-process CSRF token. Actions answer with a redirect."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from . import charts, queries
+from .sampler import KEEP, Sample, Sampler, rates, window_rates
+from .web import DashboardServer, HTTPError, Request, Response, Router, redirect, status_phrase
+
+log = logging.getLogger("pgmq_build.dashboard")
+
+PAGE_SIZE = 20  # messages per page of the browser
+DLQ_PREVIEW = 20  # dead letters shown per dead-letter queue
+# SQLSTATEs that mean "no such queue": it does not exist (42P01), or the name could not be one
+# (42602 invalid_name, 42622 name_too_long, 22004 NULL).
+NO_QUEUE = {"42P01", "42602", "42622", "22004"}
+NOTICES = {
+    "paused": "Paused: consumers get nothing from this queue until it is resumed.",
+    "resumed": "Resumed: consumers get messages again.",
+    "still_paused": "It was already paused.",
+    "still_running": "It was not paused.",
+    "purged": "Purged {n} message(s).",
+    "redriven": "Redrive moved {n} message(s).",
+}
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(seconds)
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if s >= size:
+            return f"{s // size}{unit} {s % size // subsize}{sub}"
+    return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+
+
+def _num(value: Any) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""  # pragma: no cover
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _ts(value: datetime | None) -> str:
+    return "—" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _isots(value: Any) -> str:
+    """An ISO timestamp from a header (x-pgmq-dead-letter's time), shown like the others."""
+    try:
+        return _ts(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return "—" if value is None else str(value)
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}/s" if value < 100 else f"{value:,.0f}/s"
+
+
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader("pgmq_build.dashboard", "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(qurl=lambda s: quote(s, safe=""), age=_age, num=_num, size=_size,
+                       pretty=_pretty, ts=_ts, isots=_isots, rate=_rate)
+    return env
+
+
+def _dead_letter_record(headers: Any) -> dict[str, Any]:
+    """headers->'x-pgmq-dead-letter' with every field (None when missing: a message can be sent
+    to a dead-letter queue by hand, without one)."""
+    record = headers.get("x-pgmq-dead-letter") if isinstance(headers, dict) else None
+    record = record if isinstance(record, dict) else {}
+    return {k: record.get(k) for k in ("reason", "source_queue", "source_msg_id", "attempts",
+                                       "last_error", "time")}
+
+
+class Dashboard:
+    """The web app: a connection pool, the sampler and the routes. `serve()` binds a server;
+    `close()` stops the sampler and the pool."""
+
+    def __init__(self, dsn: str, *, allow_actions: bool = False, sample_interval: float = 5.0,
+                 refresh: float | None = None, pool_timeout: float = 5.0, keep: int = KEEP) -> None:
+        self.allow_actions = allow_actions
+        # Pages reload themselves (unless a form field has focus) to follow the samples.
+        self.refresh = max(5.0, sample_interval) if refresh is None else refresh
+        self.csrf_token = secrets.token_urlsafe(32)  # per process: a restart invalidates old forms
+        self.allowed_hosts: set[str] | None = None  # set by serve(); None: any Host
+        self.pool = ConnectionPool(
+            dsn, min_size=1, max_size=4, timeout=pool_timeout, open=False, name="dashboard",
+            check=ConnectionPool.check_connection,  # a terminated backend is replaced, not used
+            kwargs={"autocommit": True, "row_factory": dict_row,
+                    "application_name": "pgmq-dashboard"})
+        self.sampler = Sampler(self.pool.connection, sample_interval, keep)
+        self.env = environment()
+        self.router = Router()
+        for method, path, handler in (
+                ("GET", "/", self.queue_list),
+                ("GET", "/queues/{}", self.queue_detail),
+                ("GET", "/dead-letters", self.dead_letters),
+                ("POST", "/queues/{}/pause", self.pause),
+                ("POST", "/queues/{}/resume", self.resume),
+                ("POST", "/queues/{}/purge", self.purge),
+                ("POST", "/dead-letters/{}/redrive", self.redrive)):
+            self.router.add(method, path, handler)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> Dashboard:
+        self.pool.open(wait=False)  # the server starts even when the database is down
+        self.sampler.start()
+        return self
+
+    def close(self) -> None:
+        self.sampler.stop()
+        self.pool.close()
+
+    def serve(self, host: str, port: int) -> DashboardServer:
+        """Bind (port 0: any free port) and return the server; call serve_forever() on it."""
+        server = DashboardServer((host, port), self)
+        port = server.server_address[1]
+        if host in ("0.0.0.0", "::", ""):
+            self.allowed_hosts = None  # any address of this machine: no name to check against
+        else:
+            names = {f"[{host}]" if ":" in host else host, "localhost"}
+            if host in ("127.0.0.1", "::1", "localhost"):
+                names |= {"127.0.0.1", "[::1]"}
+            self.allowed_hosts = {f"{n}:{port}" for n in names}
+        return server
+
+    def serve_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> tuple[DashboardServer, str]:
+        """For tests and scripts: open, bind, serve in a daemon thread; (server, base URL)."""
+        self.open()
+        server = self.serve(host, port)
+        threading.Thread(target=server.serve_forever, daemon=True, name="dashboard-http").start()
+        return server, f"http://{host}:{server.server_address[1]}"
+
+    # -- request handling --------------------------------------------------------------------
+
+    def handle(self, req: Request) -> Response:
+        host = req.headers.get("host", "")
+        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+            raise HTTPError(400, f"unexpected Host header {host!r}: use the address the "
+                                 f"dashboard listens on")
+        handler, args = self.router.match(req.method, req.path)
+        if req.method == "POST":
+            self._check_post(req, host)
+        try:
+            return handler(req, *args)
+        except psycopg.OperationalError as exc:  # includes the pool's timeout
+            log.warning("database unavailable: %s", exc)
+            raise HTTPError(503, f"The database is unavailable: {exc}") from None
+        except psycopg.Error as exc:
+            log.warning("database error on %s %s: %s", req.method, req.path, exc)
+            state = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
+            raise HTTPError(500, f"Database error{state}: {exc}") from None
+
+    def _check_post(self, req: Request, host: str) -> None:
+        if not self.allow_actions:
+            raise HTTPError(403, "Actions are disabled: start the dashboard with --allow-actions.")
+        # Browsers send Origin with every form POST; a cross-site form cannot forge it.
+        origin = req.headers.get("origin")
+        referer = req.headers.get("referer")
+        if origin is not None and origin != f"http://{host}":
+            raise HTTPError(403, "Cross-origin request refused (Origin does not match Host).")
+        if origin is None and referer is not None and not referer.startswith(f"http://{host}/"):
+            raise HTTPError(403, "Cross-origin request refused (Referer does not match Host).")
+        if not hmac.compare_digest(req.form.get("csrf", "").encode(), self.csrf_token.encode()):
+            raise HTTPError(403, "Missing or stale form token: reload the page and try again.")
+
+    @staticmethod
+    def security_headers() -> dict[str, str]:
+        return {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
+                "Referrer-Policy": "same-origin",
+                "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'"}
+
+    def render(self, template: str, status: int = 200, **context: Any) -> Response:
+        nonce = secrets.token_urlsafe(16)  # the page's own <style> and <script> only
+        context.setdefault("notice", None)
+        body = self.env.get_template(template).render(
+            nonce=nonce, csrf=self.csrf_token, allow_actions=self.allow_actions,
+            sampler_error=self.sampler.last_error, sample_interval=self.sampler.interval,
+            refresh=context.pop("refresh", self.refresh), **context)
+        csp = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; "
+               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+        return Response(body, status, headers={"Content-Security-Policy": csp})
+
+    def error_page(self, status: int, message: str, headers: dict[str, str]) -> Response:
+        response = self.render("error.html", status=status, refresh=0, status_code=status,
+                               phrase=status_phrase(status), message=message)
+        response.headers.update(headers)
+        return response
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[psycopg.Connection]:
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _queue_errors(self, queue: str) -> Iterator[None]:
+        """Errors that mean the queue (or a name in the form) does not exist become a 404."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if exc.sqlstate in NO_QUEUE:
+                raise HTTPError(404, exc.diag.message_primary or f"queue {queue!r} does not exist") from None
+            raise
+
+    def _notice(self, req: Request) -> str | None:
+        text = NOTICES.get(req.query.get("notice", ""))
+        n = req.query.get("n", "")
+        return text.format(n=int(n) if n.isdigit() else "?") if text else None
+
+    # -- pages -------------------------------------------------------------------------------
+
+    def queue_list(self, req: Request) -> Response:
+        with self._db() as conn:
+            rows = conn.execute(queries.METRICS_ALL).fetchall()
+        for r in rows:
+            history = self.sampler.history(r["queue_name"])
+            r["spark"] = charts.sparkline([(s.at, s.depth) for s in history])
+            r["rates"] = window_rates(history)
+        return self.render("queues.html", queues=rows, notice=self._notice(req))
+
+    def queue_detail(self, req: Request, queue: str) -> Response:
+        after = req.int_param("after", 0, 0, 2**63 - 1)
+        archived = req.query.get("archived") == "1"
+        with self._db() as conn, self._queue_errors(queue):
+            metrics = conn.execute(queries.METRICS_ONE, (queue,)).fetchone()
+            settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
+            page = conn.execute(queries.BROWSE, (queue, after, PAGE_SIZE + 1, archived)).fetchall()
+        return self.render("queue.html", queue=queue, m=metrics, settings=settings,
+                           messages=page[:PAGE_SIZE], more=len(page) > PAGE_SIZE, after=after,
+                           archived=archived, charts=self._charts(queue),
+                           notice=self._notice(req))
+
+    def _charts(self, queue: str) -> list:
+        history: list[Sample] = self.sampler.history(queue)
+        flow = rates(history)
+        c = charts.COLOURS
+        return [
+            charts.line_chart([charts.Series("depth", c["depth"], [(s.at, s.depth) for s in history]),
+                               charts.Series("in flight", c["in_flight"],
+                                             [(s.at, s.in_flight) for s in history])],
+                              title="Depth", y_label="messages"),
+            charts.line_chart([charts.Series("oldest message age", c["oldest_age"],
+                                             [(s.at, s.oldest_age) for s in history])],
+                              title="Oldest message age", y_label="seconds"),
+            charts.line_chart([charts.Series("sent", c["sent"], [(t, s) for t, s, _ in flow]),
+                               charts.Series("consumed", c["consumed"],
+                                             [(t, x) for t, _, x in flow])],
+                              title="Throughput", y_label="messages / s"),
+        ]
+
+    def dead_letters(self, req: Request) -> Response:
+        with self._db() as conn:
+            rows = conn.execute(queries.METRICS_ALL).fetchall()
+            by_name = {r["queue_name"]: r for r in rows}
+            sources: dict[str, list[str]] = {}
+            for r in rows:
+                if r["dead_letter_queue"] is not None:
+                    sources.setdefault(r["dead_letter_queue"], []).append(r["queue_name"])
+            dlqs = []
+            for name in sorted(sources):
+                letters = []
+                if name in by_name:
+                    for msg in conn.execute(queries.BROWSE, (name, 0, DLQ_PREVIEW, False)).fetchall():
+                        letters.append({**msg, "dead": _dead_letter_record(msg["headers"])})
+                dlqs.append({"name": name, "m": by_name.get(name), "sources": sources[name],
+                             "letters": letters})
+        return self.render("dead_letters.html", dlqs=dlqs, queue_names=sorted(by_name),
+                           notice=self._notice(req), refresh=0)  # forms: no reloading under them
+
+    # -- actions (POST; checked by _check_post) ------------------------------------------------
+
+    def _back(self, queue: str, notice: str, n: int | None = None) -> Response:
+        extra = "" if n is None else f"&n={n}"
+        return redirect(f"/queues/{quote(queue, safe='')}?notice={notice}{extra}")
+
+    def pause(self, req: Request, queue: str) -> Response:
+        with self._db() as conn, self._queue_errors(queue):
+            was_running = conn.execute(queries.PAUSE, (queue,)).fetchone()["result"]
+        return self._back(queue, "paused" if was_running else "still_paused")
+
+    def resume(self, req: Request, queue: str) -> Response:
+        with self._db() as conn, self._queue_errors(queue):
+            was_paused = conn.execute(queries.RESUME, (queue,)).fetchone()["result"]
+        return self._back(queue, "resumed" if was_paused else "still_running")
+
+    def purge(self, req: Request, queue: str) -> Response:
+        if req.form.get("confirm") != "yes":
+            raise HTTPError(400, "Tick the confirmation box to purge the queue.")
+        with self._db() as conn, self._queue_errors(queue):
+            n = conn.execute(queries.PURGE, (queue,)).fetchone()["result"]
+        return self._back(queue, "purged", n)
+
+    def redrive(self, req: Request, dlq: str) -> Response:
+        target = req.form.get("target") or None  # None: each message back to its source
+        raw_max = req.form.get("max_messages", "").strip()
+        if raw_max and not (raw_max.isdigit() and 0 < int(raw_max) < 2**31):
+            raise HTTPError(400, "max messages must be a positive whole number (or empty: all)")
+        with self._db() as conn, self._queue_errors(dlq):
+            n = conn.execute(queries.REDRIVE, (dlq, target, int(raw_max) if raw_max else None)
+                             ).fetchone()["result"]
+        return redirect(f"/dead-letters?notice=redriven&n={n}")
+
+
+def run(dsn: str, bind: str, allow_actions: bool, sample_interval: float, echo=print) -> int:
+    """`pgmq-build dashboard`: serve until Ctrl-C; the exit code."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        echo(f"error: --bind must be HOST:PORT, got {bind!r}")
+        return 2
+    host = host.strip("[]")
+    dashboard = Dashboard(dsn, allow_actions=allow_actions, sample_interval=sample_interval)
+    try:
+        server = dashboard.serve(host, int(port))
+    except OSError as exc:
+        echo(f"error: cannot listen on {bind}: {exc}")
+        return 1
+    dashboard.open()
+    where = f"http://{'[' + host + ']' if ':' in host else host}:{server.server_address[1]}/"
+    mode = "actions enabled (pause, resume, purge, redrive)" if allow_actions else "read-only"
+    echo(f"pgmq dashboard on {where} ({mode}); Ctrl-C stops it")
+    if dashboard.allowed_hosts is None:
+        echo("warning: listening on every address: anyone who can reach this port sees the queues")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        dashboard.close()
+    return 0

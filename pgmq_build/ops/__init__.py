@@ -1,0 +1,36 @@
+"""Operating queues from outside the database: the Prometheus exporter (metrics), the admin
+commands (`pgmq-build queues`, `queue ...`, `exchange ...`, `dlq ...`) and `pgmq-build top`.
+
+Every command reads through ``pgmq.queue_metrics()`` and the extension's other routines; none
+of them touches queue tables directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> (module of pgmq_build.ops, attribute)
+COMMANDS = {
+    "metrics": ("metrics", "metrics_command"),
+    "queues": ("queues", "queues_command"),
+    "queue": ("queues", "queue_group"),
+    "exchange": ("exchanges", "exchange_group"),
+    "dlq": ("dlq", "dlq_group"),
+    "top": ("top", "top_command"),
+}
+
+
+class LazyGroup(click.Group):
+    """`pgmq-build`'s group: the operations commands are imported when used, so that the
+    other commands do not pay for rich, psycopg and prometheus_client (~0.2 s) at start-up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMANDS:
+            module, attr = COMMANDS[name]
+            return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        return super().get_command(ctx, name)

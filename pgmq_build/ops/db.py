@@ -1,0 +1,90 @@
+"""The admin commands' database side: connecting, the catalog questions they ask, and turning
+psycopg errors into exit codes. Every call is its own transaction (autocommit)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .exits import NOT_FOUND_SQLSTATES, Exit, OpsError, not_found
+
+APP_NAME = "pgmq-build"
+CONNECT_TIMEOUT = 5  # seconds: an unreachable server fails a command (or a scrape) quickly
+
+# pgmq.queue_metrics()'s columns, in its order: the --json documents use these keys.
+QUEUE_METRICS_COLUMNS = (
+    "queue_name", "paused", "depth", "visible", "in_flight", "delayed", "oldest_msg_age_sec",
+    "newest_msg_age_sec", "dead_letter_queue", "dead_letter_depth", "archive_rows", "total_sent",
+    "table_bytes", "index_bytes", "archive_bytes", "dead_tuples", "default_partition_rows",
+    "callback_succeeded", "callback_failed", "estimated", "measured_at",
+)
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+
+def open_connection(dsn: str) -> Conn:
+    """An autocommit connection with dict rows; psycopg's errors propagate."""
+    return psycopg.connect(dsn, autocommit=True, row_factory=dict_row,
+                           connect_timeout=CONNECT_TIMEOUT, fallback_application_name=APP_NAME)
+
+
+def connect(dsn: str) -> Conn:
+    """open_connection() for a command: a failure becomes exit 1 with psycopg's reason."""
+    try:
+        return open_connection(dsn)
+    except psycopg.Error as exc:
+        raise database_error(exc, prefix="cannot connect: ") from exc
+
+
+def database_error(exc: psycopg.Error, prefix: str = "") -> OpsError:
+    """The OpsError a psycopg error becomes: exit 3 for an unknown queue or exchange, else 1."""
+    sqlstate = exc.sqlstate
+    text = exc.diag.message_primary
+    if not text:  # no server message (e.g. a failed connection): psycopg's first line
+        lines = str(exc).strip().splitlines()
+        text = lines[0] if lines else type(exc).__name__
+    code = Exit.NOT_FOUND if sqlstate in NOT_FOUND_SQLSTATES else Exit.DATABASE
+    return OpsError(prefix + text, code, sqlstate)
+
+
+def rows(conn: Conn, query: str, params: Any = None) -> list[dict[str, Any]]:
+    return conn.execute(query, params).fetchall()
+
+
+def value(conn: Conn, query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else next(iter(row.values()))
+
+
+def queue_metrics(conn: Conn, queue: str | None = None) -> list[dict[str, Any]]:
+    """pgmq.queue_metrics(): every queue the caller may read (by name), or one queue."""
+    return rows(conn, "SELECT * FROM pgmq.queue_metrics(queue_name => %s::text)", (queue,))
+
+
+def queue_names(conn: Conn) -> list[str]:
+    return [r["queue_name"] for r in rows(conn, "SELECT queue_name FROM pgmq.list_queues() ORDER BY 1")]
+
+
+def require_queue(conn: Conn, name: str) -> None:
+    if not value(conn, "SELECT EXISTS (SELECT 1 FROM pgmq.list_queues() WHERE queue_name = %s)",
+                 (name,)):
+        raise not_found(f'queue "{name}"')
+
+
+def dead_letter_sources(conn: Conn) -> dict[str, list[str]]:
+    """Each dead-letter queue -> the queues that dead-letter into it."""
+    found: dict[str, list[str]] = {}
+    for r in rows(conn, "SELECT queue_name, dead_letter_queue FROM pgmq.list_queue_settings() "
+                        "WHERE dead_letter_queue IS NOT NULL ORDER BY dead_letter_queue, queue_name"):
+        found.setdefault(r["dead_letter_queue"], []).append(r["queue_name"])
+    return found
+
+
+def require_dlq(conn: Conn, name: str) -> list[str]:
+    """The queues dead-lettering into `name`; exit 3 when it is not a dead-letter queue."""
+    sources = dead_letter_sources(conn).get(name)
+    if not sources:
+        raise not_found(f'dead-letter queue "{name}" (no queue dead-letters into it)')
+    return sources

@@ -1,0 +1,79 @@
+"""The dashboard in a real headless Chromium: the pages render, the charts are visible in
+screenshots (the series' colours, in amounts a line makes), the tables are not blank, and the
+redrive form works when clicked."""
+
+from __future__ import annotations
+
+import time
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from pgmq_build.dashboard.charts import COLOURS
+from tests.dashboard.browser import element_image
+from tests.helpers import column, scalar, send_n, wait_for
+
+
+def busy_history(dash, conn, queue: str, rounds: int = 6) -> None:
+    """Send and consume between samples, so the charts have lines that move."""
+    for i in range(rounds):
+        send_n(conn, queue, 3 + i, start=100 + 10 * i)
+        conn.execute("SELECT * FROM pgmq.pop(%s, 2)", (queue,))
+        time.sleep(dash.app.sampler.interval)
+    wait_for(lambda: len(dash.app.sampler.history(queue)) >= rounds, what="samples")
+
+
+def test_queue_list_in_the_browser(dashboard, demo, conn, browser):
+    dash = dashboard()
+    busy_history(dash, conn, "orders", rounds=4)
+    browser.get(dash.url + "/")
+    table = browser.find_element(By.ID, "queues")
+    names = [a.text for a in table.find_elements(By.CSS_SELECTOR, "td:first-child a")]
+    assert names == list(demo.queues)
+    paused = table.find_element(By.XPATH, f".//tr[td/a[text()='{demo.paused}']]")
+    assert "paused" in paused.text
+    shot = element_image(browser, table)
+    assert shot.width > 800 and shot.ink() > 0.05 and shot.dark() > 1500  # text on a table
+    spark = table.find_element(By.XPATH, ".//tr[td/a[text()='orders']]//*[local-name()='svg']")
+    assert element_image(browser, spark).count_near(COLOURS["depth"]) > 60  # a drawn line
+
+
+def test_queue_detail_charts_are_drawn(dashboard, demo, conn, browser):
+    dash = dashboard()
+    busy_history(dash, conn, "orders")
+    browser.get(dash.url + "/queues/orders")
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+    assert len(charts) == 3
+    expected = [("Depth", "messages", ["depth", "in_flight"]),
+                ("Oldest message age", "seconds", ["oldest_age"]),
+                ("Throughput", "messages / s", ["sent", "consumed"])]
+    for chart, (title, y_label, series) in zip(charts, expected, strict=True):
+        assert chart.get_attribute("aria-label") == title
+        assert y_label in chart.text and "time" in chart.text  # axis labels
+        image = element_image(browser, chart)
+        assert (image.width, image.height) == (400, 220)
+        for name in series:
+            # A 2.5-px line across a 330-px plot: hundreds of pixels; a blank chart has none.
+            assert image.count_near(COLOURS[name], tolerance=30) > 250, (title, name)
+        assert image.dark(limit=450) > 300  # tick and axis labels (#444 text)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#messages tr")
+    assert len(rows) == 21  # header + a page of 20
+    assert '"customer": "ada"' in rows[1].text
+
+
+def test_redrive_from_the_dead_letter_view(dashboard, demo, conn, browser):
+    dash = dashboard(allow_actions=True)
+    browser.get(dash.url + "/dead-letters")
+    section = browser.find_element(By.CSS_SELECTOR, f"section[data-queue='{demo.dlq}']")
+    reasons = [td.text for td in section.find_elements(By.CSS_SELECTOR, "table.letters tr td:nth-child(2)")]
+    assert sorted(reasons) == ["nack"] * 3 + ["rollback"] * 2
+    assert element_image(browser, section).dark() > 1000
+    before = set(column(conn, f"SELECT message->>'n' FROM pgmq.q_{demo.source}"))
+    dead = set(column(conn, f"SELECT message->>'n' FROM pgmq.q_{demo.dlq}"))
+    section.find_element(By.CSS_SELECTOR, "form.redrive button").click()
+    WebDriverWait(browser, 10).until(lambda b: "notice=redriven" in b.current_url)
+    assert f"Redrive moved {demo.dead} message(s)." in browser.find_element(By.CLASS_NAME, "notice").text
+    assert scalar(conn, f"SELECT count(*) FROM pgmq.q_{demo.dlq}") == 0
+    assert set(column(conn, f"SELECT message->>'n' FROM pgmq.q_{demo.source}")) == before | dead
+    section = browser.find_element(By.CSS_SELECTOR, f"section[data-queue='{demo.dlq}']")
+    assert section.find_element(By.CLASS_NAME, "depth").text == "0"
