@@ -1781,6 +1781,7 @@ DECLARE
        SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
     v_pct    double precision;
     v_hidden bigint;
+    v_span   bigint;
     v_sample record;
 BEGIN
     estimated := v_pages > 640;
@@ -1822,7 +1823,13 @@ BEGIN
             delayed := (depth * v_sample.delayed * 100 / v_pct / v_sample.depth)::bigint;
         END IF;
     END IF;
-    depth := greatest(depth, in_flight + delayed);
+    -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
+    -- that already counted its rows): never more than the msg_ids between the lowest and highest
+    EXECUTE format(
+        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
+                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+    INTO v_span;
+    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
 $fn$;
 

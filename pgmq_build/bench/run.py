@@ -4,6 +4,7 @@
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
     python3 -m pgmq_build.bench steady [options]    (or --steady: steady.py, `make bench-steady`)
+    python3 -m pgmq_build.bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -714,6 +715,10 @@ def main(argv: list[str] | None = None) -> int:
 
         rest = argv[1:] if argv[:1] == ["steady"] else [a for a in argv if a != "--steady"]
         return steady_main(rest)
+    if argv[:1] == ["metrics"]:  # what a metrics call costs on a large queue: metrics_cost.py
+        from .metrics_cost import main as metrics_main
+
+        return metrics_main(argv[1:])
     return on_server(parse_args(argv), run)
 
 
