@@ -506,6 +506,16 @@ def maybe_install_files() -> str:
     return f"extension files copied to {dest}"
 
 
+def check_dsn(parser: argparse.ArgumentParser, dsn: str | None) -> None:
+    """Refuse (exit 2) a --dsn libpq cannot parse, before any server or Spark is started."""
+    if dsn is None:
+        return
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        parser.error(f"--dsn is not a libpq connection string or URI: {str(exc).strip()}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0],
                                 epilog="python3 -m pgmq_build.bench steady --help: the steady-state "
@@ -538,10 +548,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--clients takes integers, e.g. 1,4")
     if not args.clients or min(args.clients) < 1:
         p.error("--clients needs at least one positive integer")
-    if args.seconds <= 0 or args.rounds < 1:
-        p.error("--seconds must be positive and --rounds at least 1")
+    if not math.isfinite(args.seconds) or args.seconds <= 0 or args.rounds < 1:
+        p.error(f"--seconds must be a finite positive number (got {args.seconds}) and --rounds "
+                f"at least 1 (got {args.rounds})")
     if args.prefill < 0:
         p.error("--prefill must not be negative")
+    if args.spark_rows < 0:
+        p.error(f"--spark-rows must not be negative (0 skips Spark), got {args.spark_rows}")
+    check_dsn(p, args.dsn)
     names = [n.strip() for n in (args.only or "").split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
