@@ -60,16 +60,20 @@ CREATE TYPE pgmq.queue_metrics_record AS (
 );
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._dispatch_one(text)
+-- new: pgmq._check_headers(jsonb)
 -- new: pgmq.pause(text)
 -- new: pgmq.resume(text)
 -- new: pgmq._count_rows(text)
@@ -78,6 +82,87 @@ CREATE TYPE pgmq.queue_metrics_record AS (
 -- new: pgmq.queue_metrics(text)
 -- new: pgmq.browse(text, bigint, integer, boolean)
 -- new: pgmq.move_messages(text, text, integer)
+
+CREATE FUNCTION pgmq._check_headers(headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key text;
+BEGIN
+    IF jsonb_typeof(headers) IS DISTINCT FROM 'object' THEN
+        RETURN;  -- not an object (upstream stores any jsonb): no header to read
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] LOOP
+        CONTINUE WHEN NOT headers ? v_key;
+        IF jsonb_typeof(headers -> v_key) IS DISTINCT FROM 'number'
+           OR (headers ->> v_key)::numeric NOT BETWEEN -2147483648 AND 2147483647
+           OR (headers ->> v_key)::numeric <> trunc((headers ->> v_key)::numeric) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('header %s must be an integer number, got %s', v_key, headers -> v_key);
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+        FOREACH v_hdr IN ARRAY headers LOOP
+            IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                PERFORM pgmq._check_headers(v_hdr);
+                IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._note_message_limits(queue_name);
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
+    -- Deduplicated messages go one by one (each may resolve to an earlier message).
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+        RETURN QUERY
+        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+        ORDER BY t.ord;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
@@ -1026,6 +1111,39 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
 
 CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record

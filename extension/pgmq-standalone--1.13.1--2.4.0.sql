@@ -850,6 +850,31 @@ BEGIN
 END;
 $fn$;
 
+-- _check_headers: every integer header of a message (integer_headers()) holds an integer.
+CREATE FUNCTION pgmq._check_headers(headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key text;
+BEGIN
+    IF jsonb_typeof(headers) IS DISTINCT FROM 'object' THEN
+        RETURN;  -- not an object (upstream stores any jsonb): no header to read
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] LOOP
+        CONTINUE WHEN NOT headers ? v_key;
+        IF jsonb_typeof(headers -> v_key) IS DISTINCT FROM 'number'
+           OR (headers ->> v_key)::numeric NOT BETWEEN -2147483648 AND 2147483647
+           OR (headers ->> v_key)::numeric <> trunc((headers ->> v_key)::numeric) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('header %s must be an integer number, got %s', v_key, headers -> v_key);
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
 -- send: the implementation every overload calls. Returns the new msg_id. The name is checked
 -- first, as upstream checks it, before our header handling looks at the queue.
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
@@ -860,8 +885,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._note_message_limits(queue_name);
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
         -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -968,10 +996,19 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
-        PERFORM pgmq._note_message_limits(queue_name);
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+        FOREACH v_hdr IN ARRAY headers LOOP
+            IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                PERFORM pgmq._check_headers(v_hdr);
+                IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._note_message_limits(queue_name);
+                END IF;
+            END IF;
+        END LOOP;
     END IF;
     -- Deduplicated messages go one by one (each may resolve to an earlier message).
     IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
@@ -3019,6 +3056,12 @@ BEGIN
     IF confirm_within IS NULL OR confirm_within <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
     END IF;
     EXECUTE format(
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
