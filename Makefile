@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady chaos
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -70,3 +70,8 @@ bench-steady: deps
 chaos: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.chaos $(CHAOS_ARGS)
+
+# What a metrics call costs on a queue of 1M messages, ours and upstream's (pgmq_build/bench/metrics_cost.py).
+bench-metrics: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build.bench metrics $(METRICS_ARGS)

@@ -842,6 +842,31 @@ BEGIN
 END;
 $fn$;
 
+-- _check_headers: every integer header of a message (integer_headers()) holds an integer.
+CREATE FUNCTION pgmq._check_headers(headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key text;
+BEGIN
+    IF jsonb_typeof(headers) IS DISTINCT FROM 'object' THEN
+        RETURN;  -- not an object (upstream stores any jsonb): no header to read
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] LOOP
+        CONTINUE WHEN NOT headers ? v_key;
+        IF jsonb_typeof(headers -> v_key) IS DISTINCT FROM 'number'
+           OR (headers ->> v_key)::numeric NOT BETWEEN -2147483648 AND 2147483647
+           OR (headers ->> v_key)::numeric <> trunc((headers ->> v_key)::numeric) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('header %s must be an integer number, got %s', v_key, headers -> v_key);
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
 -- send: the implementation every overload calls. Returns the new msg_id. The name is checked
 -- first, as upstream checks it, before our header handling looks at the queue.
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
@@ -852,8 +877,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._note_message_limits(queue_name);
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
         -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -960,10 +988,19 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
-        PERFORM pgmq._note_message_limits(queue_name);
+    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+        FOREACH v_hdr IN ARRAY headers LOOP
+            IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                PERFORM pgmq._check_headers(v_hdr);
+                IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._note_message_limits(queue_name);
+                END IF;
+            END IF;
+        END LOOP;
     END IF;
     -- Deduplicated messages go one by one (each may resolve to an earlier message).
     IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
@@ -1087,6 +1124,9 @@ DECLARE
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
+    v_left      integer := qty;
+    v_got       integer;
+    v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1100,27 +1140,41 @@ BEGIN
         RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
         RETURN;
     END IF;
-    FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                   qty, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
-        IF v_r.reason IS NULL THEN
-            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSE
-            v_dead := v_dead || v_r.reason;
-            v_dead_ids := v_dead_ids || v_r.msg_id;
-        END IF;
-    END LOOP;
-    IF cardinality(v_dead) > 0 THEN
-        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-            PERFORM pgmq._dead_letter(queue_name,
-                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-                v_i.reason);
+        v_got := 0;
+        v_retried := false;
+        FOR v_r IN SELECT * FROM pgmq._static_read_judged(
+                       v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+        LOOP
+            IF v_r.reason IS NULL THEN
+                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                v_got := v_got + 1;
+            ELSIF v_r.reason = 'retry' THEN
+                v_retried := true;  -- settled for a later attempt: it stays
+            ELSE
+                v_dead := v_dead || v_r.reason;
+                v_dead_ids := v_dead_ids || v_r.msg_id;
+            END IF;
         END LOOP;
-    END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows
+        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
+        IF cardinality(v_dead) > 0 THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+            v_dead := '{}';
+            v_dead_ids := '{}';
+        END IF;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -1175,6 +1229,9 @@ DECLARE
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
     v_i         record;
+    v_left      integer := qty;
+    v_got       integer;
+    v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1188,27 +1245,41 @@ BEGIN
         RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
         RETURN;
     END IF;
-    FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                   qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-               AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
     LOOP
-        IF v_r.reason IS NULL THEN
-            -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-            RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-        ELSE
-            v_dead := v_dead || v_r.reason;
-            v_dead_ids := v_dead_ids || v_r.msg_id;
-        END IF;
-    END LOOP;
-    IF cardinality(v_dead) > 0 THEN
-        FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
-                   FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
-            PERFORM pgmq._dead_letter(queue_name,
-                ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
-                v_i.reason);
+        v_got := 0;
+        v_retried := false;
+        FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
+                       v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+        LOOP
+            IF v_r.reason IS NULL THEN
+                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                v_got := v_got + 1;
+            ELSIF v_r.reason = 'retry' THEN
+                v_retried := true;  -- settled for a later attempt: it stays
+            ELSE
+                v_dead := v_dead || v_r.reason;
+                v_dead_ids := v_dead_ids || v_r.msg_id;
+            END IF;
         END LOOP;
-    END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows
+        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
+        IF cardinality(v_dead) > 0 THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+            v_dead := '{}';
+            v_dead_ids := '{}';
+        END IF;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -1490,9 +1561,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1605,9 +1677,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1972,9 +2045,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2031,9 +2105,10 @@ $path$;',
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
 FROM done d
 UNION ALL
-SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
-WHERE j.reason IS NOT NULL
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2169,9 +2244,10 @@ BEGIN
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
     FROM done d
     UNION ALL
-    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
-    WHERE j.reason IS NOT NULL
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2227,9 +2303,10 @@ $path$;',
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
 FROM done d
 UNION ALL
-SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, j.reason, NULL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
-WHERE j.reason IS NOT NULL
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2973,6 +3050,12 @@ BEGIN
     IF confirm_within IS NULL OR confirm_within <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
     END IF;
     EXECUTE format(
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
@@ -7779,6 +7862,7 @@ DECLARE
        SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
     v_pct    double precision;
     v_hidden bigint;
+    v_span   bigint;
     v_sample record;
 BEGIN
     estimated := v_pages > 640;
@@ -7820,7 +7904,13 @@ BEGIN
             delayed := (depth * v_sample.delayed * 100 / v_pct / v_sample.depth)::bigint;
         END IF;
     END IF;
-    depth := greatest(depth, in_flight + delayed);
+    -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
+    -- that already counted its rows): never more than the msg_ids between the lowest and highest
+    EXECUTE format(
+        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
+                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+    INTO v_span;
+    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
 $fn$;
 

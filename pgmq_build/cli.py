@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,14 +15,83 @@ from . import ops, render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
 
+ENVVAR_PREFIX = "PGMQ_BUILD"
+
 
 def _fail(message: str, code: int = 1) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
 
-@click.group(cls=ops.LazyGroup,  # + metrics, queues, queue, exchange, dlq, top (pgmq_build/ops/)
-             context_settings={"auto_envvar_prefix": "PGMQ_BUILD", "help_option_names": ["-h", "--help"]})
+def _envvar_note(ctx: click.Context, param: click.Parameter | None, given: list[str] | None = None) -> str:
+    """' (from the environment variable X)' when the option's value came from the environment
+    (not on the command line: `given`, else what click recorded), else ''."""
+    if not isinstance(param, click.Option) or param.name is None:
+        return ""
+    if given is not None:
+        if any(a == o or a.startswith(o + "=") for a in given for o in param.opts):
+            return ""
+    elif ctx.get_parameter_source(param.name) is not click.core.ParameterSource.ENVIRONMENT:
+        return ""
+    names = param.envvar or f"{ctx.auto_envvar_prefix}_{param.name.upper()}"
+    found = [n for n in ([names] if isinstance(names, str) else names) if os.environ.get(n)]
+    return f" (from the environment variable {found[0]})" if found else ""
+
+
+class _Command(click.Command):
+    """Usage errors about a value taken from the environment say which variable it was in
+    (PGMQ_BUILD_<COMMAND>_<OPTION>), since the command line does not show it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # parsing consumes args
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as exc:
+            exc.message += _envvar_note(ctx, exc.param, given)
+            raise
+
+
+def _bad_option(ctx: click.Context, option: str, message: str) -> click.BadParameter:
+    """A usage error (exit 2) for a value found bad after parsing, e.g. by the worker's checks."""
+    param = next((p for p in ctx.command.params if option in getattr(p, "opts", ())), None)
+    return click.BadParameter(message + _envvar_note(ctx, param), ctx=ctx, param_hint=option)
+
+
+class _Group(ops.LazyGroup):
+    command_class = _Command
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+class DsnType(click.ParamType):
+    """A libpq connection string or URI, parsed (not connected to): a typo is a usage error."""
+
+    name = "dsn"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value)
+        except ProgrammingError as exc:
+            self.fail(f"not a libpq connection string or URI: {str(exc).strip()}", param, ctx)
+        return value
+
+
+DSN = DsnType()
+
+
+@click.group(cls=_Group,  # + metrics, queues, queue, exchange, dlq, top (pgmq_build/ops/)
+             context_settings={"auto_envvar_prefix": ENVVAR_PREFIX, "help_option_names": ["-h", "--help"]})
 @click.version_option(MANIFEST.version, prog_name="pgmq-build")
 def main() -> None:
     """Generate, check, install and run the pgmq PostgreSQL extension."""
@@ -34,6 +106,10 @@ def generate(out: Path | None) -> None:
     and the API listing docs/api.txt (not with --out)."""
     source = extension_dir()
     outdir = out or source
+    try:  # before the render (seconds): a bad --out fails at once
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot write into {outdir}: {exc}")
     problems = render.release_problems(source, MANIFEST)
     if problems:
         for p in problems:
@@ -44,7 +120,10 @@ def generate(out: Path | None) -> None:
         api = _listing(files)
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
-    written = [outdir / name for name in render.write_outputs(outdir, files)]
+    try:
+        written = [outdir / name for name in render.write_outputs(outdir, files)]
+    except OSError as exc:
+        _fail(f"cannot write into {outdir}: {exc}")
     if outdir.resolve() != source.resolve():  # a complete, installable copy: the frozen scripts too
         for name in render.released_scripts(MANIFEST.released):
             if not (outdir / name).exists():
@@ -166,13 +245,17 @@ def explain(code: str) -> None:
 
 
 @main.command()
-@click.option("--dsn", default=None, help="Database to install into (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, default=None, help="Database to install into (libpq DSN or URI).")
 @click.option("--standalone", is_flag=True, help="Apply the standalone SQL script (no extension files needed).")
 @click.option("--files-only", is_flag=True, help="Only copy the extension files into pg_config --sharedir.")
 @click.option("--pg-config", default="pg_config", show_default=True, help="pg_config to locate the server's sharedir.")
 def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str) -> None:
     """Install the extension files and CREATE EXTENSION, or apply the standalone script."""
     from . import install as inst
+
+    if files_only and (dsn or standalone):
+        raise click.UsageError("--files-only copies files and touches no database: "
+                               "drop --dsn / --standalone, or drop --files-only")
 
     try:
         if standalone:
@@ -189,8 +272,9 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
 
 
 @main.command()
-@click.option("--dsn", required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
 @click.option("--to", "target", type=click.Choice(["extension", "standalone"]), default=None,
+              envvar=[f"{ENVVAR_PREFIX}_MIGRATE_TO", f"{ENVVAR_PREFIX}_MIGRATE_TARGET"],
               help="What it becomes: extension pgmq (default when its files are installed on the server) "
                    "or the standalone install.")
 @click.option("--dry-run", is_flag=True, help="Print what would be done and change nothing.")
@@ -207,10 +291,10 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", default=None, help="Run against this server instead of a throwaway local one.")
+@click.option("--dsn", type=DSN, default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
-@click.option("--migrate", "migrate_", is_flag=True,
+@click.option("--migrate", "migrate_", is_flag=True, envvar=[f"{ENVVAR_PREFIX}_DEMO_MIGRATE", f"{ENVVAR_PREFIX}_DEMO_MIGRATE_"],
               help="Upstream PGMQ (from the PyPI package pgmq) in use, migrated in place (in a scratch database).")
 def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
     """A narrated tour: create, send, read with a lease, archive, pop, metrics."""
@@ -231,18 +315,19 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", required=True, help="Database to serve (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, help="Database to serve (libpq DSN or URI).")
 @click.option("--queue", "queues", multiple=True, metavar="Q",
+              envvar=[f"{ENVVAR_PREFIX}_WORKER_QUEUE", f"{ENVVAR_PREFIX}_WORKER_QUEUES"],
               help="Serve this queue (repeatable; default: every queue in pgmq.list_callbacks(), re-read every 10 s).")
 @click.option("--min-workers", type=click.IntRange(min=1), default=3, show_default=True,
               help="Dispatcher threads kept running.")
 @click.option("--max-workers", type=click.IntRange(min=1), default=10, show_default=True,
               help="Upper bound of the pool.")
-@click.option("--start-delay", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--start-delay", type=FiniteFloat(min=0), default=5.0, show_default=True,
               help="Seconds all workers must have been busy before one more starts.")
-@click.option("--idle-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--idle-timeout", type=FiniteFloat(min=0), default=60.0, show_default=True,
               help="Seconds without a message after which a worker above --min-workers retires.")
-@click.option("--naptime-ms", type=click.IntRange(min=1), default=150, show_default=True,
+@click.option("--naptime-ms", type=click.IntRange(min=1, max=3_600_000), default=150, show_default=True,
               help="Poll interval: delayed and retried messages do not notify.")
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
               help="Messages taken from one queue before moving on to the next.")
@@ -259,15 +344,20 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int, start_delay: float,
            idle_timeout: float, naptime_ms: int, batch: int, tx_batch: int, once: bool,
            log_format: str, metrics_bind: str | None) -> None:
-    """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM."""
-    from .worker import run_cli
+    """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM.
+    Bad options exit 2 before connecting; a --queue that does not exist exits 2 before any
+    thread starts; a server that cannot be reached exits 1."""
+    from .worker import SettingError, check_settings, run_cli
 
-    if max_workers < min_workers:
-        raise click.BadParameter("must be at least --min-workers", param_hint="--max-workers")
-    sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, min_workers=min_workers,
-                     max_workers=max_workers, start_delay=start_delay, idle_timeout=idle_timeout,
-                     naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch,
-                     metrics_bind=metrics_bind))
+    options = dict(min_workers=min_workers, max_workers=max_workers, start_delay=start_delay,
+                   idle_timeout=idle_timeout, naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch)
+    try:
+        check_settings(dsn, queues or None, **options)
+    except SettingError as exc:
+        option = "--queue" if exc.setting == "queues" else "--" + exc.setting.replace("_", "-")
+        raise _bad_option(click.get_current_context(), option, str(exc)) from None
+    sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, metrics_bind=metrics_bind,
+                     **options))
 
 
 @main.command()

@@ -20,9 +20,14 @@ Usage::
 
 Every call goes through a named-argument SQL call with explicit casts (``queue_name =>
 %s::text``), so PostgreSQL picks exactly one overload. Errors raised by the server propagate
-as ``psycopg.Error`` (look at ``.sqlstate``); obvious misuse on the Python side (``qty < 1``,
-a negative ``vt`` or ``delay``, a naive ``datetime``) raises ``ValueError``/``TypeError``
-before any round trip.
+as ``psycopg.Error`` (look at ``.sqlstate``). Arguments are checked before any round trip, so a
+call that raises ``TypeError`` (wrong kind of value) or ``ValueError`` (out of range) changed
+nothing, and the message names the argument, the value and what is allowed: queue names are
+non-empty ``str`` (the server judges the rest: README, Queue names); ``vt``, ``qty`` and delays
+are ``int`` within SQL's integer range (or, where documented, a timezone-aware ``datetime``);
+msg ids are ``int`` or a sequence of them; messages are JSON-serializable (no NaN, no NUL);
+headers are ``dict`` or ``None``, with integer ``x-pgmq-priority``/``-ttl``/``-max-retries``/
+``-retry-delay``. ``send_batch`` checks every message and header before sending any.
 
 Calls run in autocommit mode: each one is its own transaction. For a read and a delete in one
 transaction, use psycopg directly on a connection of your own.
@@ -46,6 +51,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
+
+from . import validate
 
 __all__ = ["Client", "Message", "QueueMetrics"]
 
@@ -116,20 +123,19 @@ class QueueMetrics:
 
 # ----------------------------------------------------------------------------- validation
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+_check_int = validate.integer  # (name, value, minimum[, maximum]): SQL integer range by default
+_queue = validate.queue_name
 
 
 def _check_time(name: str, value: object) -> int | datetime:
-    """An int (seconds, >= 0) or a timezone-aware datetime."""
+    """An int (seconds, 0 to 2**31-1) or a timezone-aware datetime."""
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{name} must be a timezone-aware datetime")
+            raise ValueError(f"{name} must be a timezone-aware datetime, got naive {value!r}")
         return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int (seconds) or a timezone-aware datetime, got "
+                        f"{type(value).__name__} {value!r:.60}")
     return _check_int(name, value, 0)
 
 
@@ -137,8 +143,17 @@ def _time_cast(value: int | datetime) -> sql.SQL:
     return sql.SQL("timestamptz" if isinstance(value, datetime) else "integer")
 
 
-def _jsonb(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
+def _text_jsonb(text: str | None) -> Jsonb | None:
+    """Already-checked JSON text, sent as jsonb as is."""
+    return None if text is None else Jsonb(None, dumps=lambda _obj: text)
+
+
+def _message(name: str, value: Any) -> Jsonb:
+    return _text_jsonb(validate.json_text(name, value))  # type: ignore[return-value]
+
+
+def _headers(name: str, value: object) -> Jsonb | None:
+    return _text_jsonb(validate.headers_text(name, value))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -158,6 +173,10 @@ class Client:
 
     def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 4,
                  pool: ConnectionPool | None = None) -> None:
+        if dsn is not None and not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str (libpq DSN or URI), got {type(dsn).__name__}")
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise TypeError(f"pool must be a psycopg_pool.ConnectionPool, got {type(pool).__name__}")
         if pool is None:
             if dsn is None:
                 raise ValueError("Client needs a dsn or a pool")
@@ -224,6 +243,9 @@ class Client:
 
     def create(self, queue: str, *, unlogged: bool = False) -> None:
         """Create a queue and its archive (idempotent); ``unlogged`` makes UNLOGGED tables."""
+        _queue("queue", queue)
+        if not isinstance(unlogged, bool):
+            raise TypeError(f"unlogged must be a bool, got {type(unlogged).__name__} {unlogged!r:.60}")
         if unlogged:
             self._rows("SELECT pgmq.create_unlogged(queue_name => %s::text)", (queue,))
         else:
@@ -231,6 +253,7 @@ class Client:
 
     def drop(self, queue: str) -> bool:
         """Drop a queue, its archive and its settings; False when it did not exist."""
+        _queue("queue", queue)
         return bool(self._value("SELECT pgmq.drop_queue(queue_name => %s::text)", (queue,)))
 
     # -- sending
@@ -238,49 +261,64 @@ class Client:
     def send(self, queue: str, message: Any, *, headers: dict[str, Any] | None = None,
              delay: Delay = 0) -> int:
         """Send one message; ``delay`` is seconds or a timezone-aware datetime. Returns its id."""
+        _queue("queue", queue)
+        msg, hdrs = _message("message", message), _headers("headers", headers)
         delay = _check_time("delay", delay)
         query = sql.SQL("SELECT * FROM pgmq.send(queue_name => %s::text, msg => %s::jsonb, "
                         "headers => %s::jsonb, delay => %s::{})").format(_time_cast(delay))
-        return int(self._value(query, (queue, Jsonb(message), _jsonb(headers), delay)))
+        return int(self._value(query, (queue, msg, hdrs, delay)))
 
     def send_batch(self, queue: str, messages: Sequence[Any], *,
                    headers: Sequence[dict[str, Any] | None] | None = None,
                    delay: Delay = 0) -> list[int]:
         """Send many messages in one statement; ``headers``, when given, has one entry (a dict
         or None) per message. Returns the ids in the order of ``messages``."""
+        _queue("queue", queue)
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise TypeError("messages must be a sequence of messages")
+            raise TypeError(f"messages must be a sequence (list) of messages, got {type(messages).__name__}")
         if not messages:
             raise ValueError("messages must not be empty")
-        if headers is not None and len(headers) != len(messages):
-            raise ValueError(f"headers has {len(headers)} entries for {len(messages)} messages")
+        if headers is not None:
+            if isinstance(headers, (str, bytes)) or not isinstance(headers, Sequence):
+                raise TypeError(f"headers must be a sequence with one dict or None per message, "
+                                f"got {type(headers).__name__}")
+            if len(headers) != len(messages):
+                raise ValueError(f"headers has {len(headers)} entries for {len(messages)} messages")
         delay = _check_time("delay", delay)
+        # every element is checked before anything is sent: a bad one sends none
+        msgs = [_message(f"messages[{i}]", m) for i, m in enumerate(messages)]
+        hdrs = None if headers is None else [_headers(f"headers[{i}]", h) for i, h in enumerate(headers)]
         query = sql.SQL("SELECT * FROM pgmq.send_batch(queue_name => %s::text, msgs => %s::jsonb[], "
                         "headers => %s::jsonb[], delay => %s::{})").format(_time_cast(delay))
-        hdrs = None if headers is None else [_jsonb(h) for h in headers]
-        rows = self._rows(query, (queue, [Jsonb(m) for m in messages], hdrs, delay))
+        rows = self._rows(query, (queue, msgs, hdrs, delay))
         return [int(next(iter(r.values()))) for r in rows]
 
     def send_topic(self, routing_key: str, message: Any, *,
                    headers: dict[str, Any] | None = None, delay: int = 0) -> int:
         """Send a copy to every queue bound to a pattern matching ``routing_key`` (all or
         nothing); returns the number of queues. ``delay`` is in seconds."""
+        validate.text("routing_key", routing_key)
+        msg, hdrs = _message("message", message), _headers("headers", headers)
         delay = _check_int("delay", delay, 0)
         return int(self._value(
             "SELECT pgmq.send_topic(routing_key => %s::text, msg => %s::jsonb, "
             "headers => %s::jsonb, delay => %s::integer)",
-            (routing_key, Jsonb(message), _jsonb(headers), delay)))
+            (routing_key, msg, hdrs, delay)))
 
     def publish(self, exchange: str, routing_key: str | None, message: Any, *,
                 headers: dict[str, Any] | None = None, delay: Delay = 0) -> list[tuple[str, int]]:
         """Publish through an exchange: one copy per queue it routes to, atomically. Returns
         (queue, msg_id) per copy; an unroutable message returns [] (or raises, as the exchange
         is set up with pgmq.set_unroutable)."""
+        validate.text("exchange", exchange, empty=False)
+        if routing_key is not None:
+            validate.text("routing_key", routing_key)
+        msg, hdrs = _message("message", message), _headers("headers", headers)
         delay = _check_time("delay", delay)
         query = sql.SQL("SELECT queue_name, msg_id FROM pgmq.publish(exchange_name => %s::text, "
                         "routing_key => %s::text, msg => %s::jsonb, headers => %s::jsonb, "
                         "delay => %s::{})").format(_time_cast(delay))
-        rows = self._rows(query, (exchange, routing_key, Jsonb(message), _jsonb(headers), delay))
+        rows = self._rows(query, (exchange, routing_key, msg, hdrs, delay))
         return [(r["queue_name"], int(r["msg_id"])) for r in rows]
 
     # -- reading
@@ -289,30 +327,35 @@ class Client:
              conditional: dict[str, Any] | None = None) -> list[Message]:
         """Lease up to ``qty`` visible messages for ``vt`` seconds; ``conditional`` keeps only
         messages whose payload contains it (jsonb ``@>``)."""
+        _queue("queue", queue)
         _check_int("vt", vt, 0)
         _check_int("qty", qty, 1)
+        cond = _message("conditional", conditional or {})
         return self._messages(
             "SELECT * FROM pgmq.read(queue_name => %s::text, vt => %s::integer, qty => %s::integer, "
             "conditional => %s::jsonb)",
-            (queue, vt, qty, Jsonb(conditional or {})))
+            (queue, vt, qty, cond))
 
     def read_with_poll(self, queue: str, *, vt: int = 30, qty: int = 1, max_poll_seconds: int = 5,
                        poll_interval_ms: int = 100,
                        conditional: dict[str, Any] | None = None) -> list[Message]:
         """Like :meth:`read`, but the server keeps retrying every ``poll_interval_ms`` for up to
         ``max_poll_seconds`` while nothing is visible (holding one pool connection meanwhile)."""
+        _queue("queue", queue)
         _check_int("vt", vt, 0)
         _check_int("qty", qty, 1)
         _check_int("max_poll_seconds", max_poll_seconds, 0)
         _check_int("poll_interval_ms", poll_interval_ms, 1)
+        cond = _message("conditional", conditional or {})
         return self._messages(
             "SELECT * FROM pgmq.read_with_poll(queue_name => %s::text, vt => %s::integer, "
             "qty => %s::integer, max_poll_seconds => %s::integer, poll_interval_ms => %s::integer, "
             "conditional => %s::jsonb)",
-            (queue, vt, qty, max_poll_seconds, poll_interval_ms, Jsonb(conditional or {})))
+            (queue, vt, qty, max_poll_seconds, poll_interval_ms, cond))
 
     def pop(self, queue: str, qty: int = 1) -> list[Message]:
         """Read and delete up to ``qty`` messages at once (at-most-once delivery)."""
+        _queue("queue", queue)
         _check_int("qty", qty, 1)
         return self._messages("SELECT * FROM pgmq.pop(queue_name => %s::text, qty => %s::integer)",
                               (queue, qty))
@@ -326,12 +369,14 @@ class Client:
 
     def delete(self, queue: str, msg_id: int | Sequence[int]) -> bool | list[int]:
         """Delete one message (True if it existed) or several (the ids that existed)."""
-        if isinstance(msg_id, int):
+        _queue("queue", queue)
+        ids = validate.msg_ids("msg_id", msg_id)
+        if isinstance(ids, int):
             return bool(self._value(
-                "SELECT pgmq.delete(queue_name => %s::text, msg_id => %s::bigint)", (queue, msg_id)))
+                "SELECT pgmq.delete(queue_name => %s::text, msg_id => %s::bigint)", (queue, ids)))
         return [int(r["delete"]) for r in self._rows(
             "SELECT * FROM pgmq.delete(queue_name => %s::text, msg_ids => %s::bigint[])",
-            (queue, list(msg_id)))]
+            (queue, ids))]
 
     @overload
     def archive(self, queue: str, msg_id: int) -> bool: ...
@@ -340,12 +385,14 @@ class Client:
 
     def archive(self, queue: str, msg_id: int | Sequence[int]) -> bool | list[int]:
         """Move one message to the archive (True if it existed) or several (the ids moved)."""
-        if isinstance(msg_id, int):
+        _queue("queue", queue)
+        ids = validate.msg_ids("msg_id", msg_id)
+        if isinstance(ids, int):
             return bool(self._value(
-                "SELECT pgmq.archive(queue_name => %s::text, msg_id => %s::bigint)", (queue, msg_id)))
+                "SELECT pgmq.archive(queue_name => %s::text, msg_id => %s::bigint)", (queue, ids)))
         return [int(r["archive"]) for r in self._rows(
             "SELECT * FROM pgmq.archive(queue_name => %s::text, msg_ids => %s::bigint[])",
-            (queue, list(msg_id)))]
+            (queue, ids))]
 
     @overload
     def set_vt(self, queue: str, msg_id: int, vt: Delay) -> Message | None: ...
@@ -357,13 +404,15 @@ class Client:
         """Make messages visible ``vt`` seconds from now (0 releases a lease) or at a
         timezone-aware datetime. Returns the updated message (None if it does not exist), or
         the updated messages for a list of ids."""
+        _queue("queue", queue)
+        ids = validate.msg_ids("msg_id", msg_id)
         vt = _check_time("vt", vt)
-        single = isinstance(msg_id, int)
+        single = isinstance(ids, int)
         query = sql.SQL("SELECT * FROM pgmq.set_vt(queue_name => %s::text, {} => %s::{}, "
                         "vt => %s::{})").format(
             sql.SQL("msg_id" if single else "msg_ids"), sql.SQL("bigint" if single else "bigint[]"),
             _time_cast(vt))
-        msgs = self._messages(query, (queue, msg_id if single else list(msg_id), vt))  # type: ignore[arg-type]
+        msgs = self._messages(query, (queue, ids, vt))
         if single:
             return msgs[0] if msgs else None
         return msgs
@@ -371,6 +420,10 @@ class Client:
     def nack(self, queue: str, msg_id: int, error: str | None = None) -> bool:
         """Report a failed delivery: the message comes back after the queue's retry delay, or is
         dead-lettered once its deliveries are used up. False when it does not exist."""
+        _queue("queue", queue)
+        validate.integer("msg_id", msg_id, -validate.INT64_MAX - 1, validate.INT64_MAX)
+        if error is not None:
+            validate.text("error", error)
         return bool(self._value(
             "SELECT pgmq.nack(queue_name => %s::text, msg_id => %s::bigint, error => %s::text)",
             (queue, msg_id, error)))
@@ -378,6 +431,7 @@ class Client:
     # -- metrics
 
     def metrics(self, queue: str) -> QueueMetrics:
+        _queue("queue", queue)
         rows = self._rows("SELECT * FROM pgmq.metrics(queue_name => %s::text)", (queue,))
         return QueueMetrics.from_row(rows[0])
 
@@ -453,12 +507,14 @@ class Client:
         again. Other psycopg errors (an unknown queue, a missing privilege) propagate, as
         every error does with ``retry=False``.
         """
+        _queue("queue", queue)
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
         _check_int("vt", vt, 1)
         _check_int("batch", batch, 1)
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
-            raise TypeError("poll_interval must be a number of seconds")
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+        validate.seconds("poll_interval", poll_interval, 0, inclusive=False)
+        if stop is not None and not callable(getattr(stop, "is_set", None)):
+            raise TypeError(f"stop must be a threading.Event or None, got {type(stop).__name__}")
         if on_error not in ("nack", "leave", "raise"):
             raise ValueError(f"on_error must be 'nack', 'leave' or 'raise', got {on_error!r}")
         if ack not in ("archive", "delete"):

@@ -327,7 +327,7 @@ ROUTINES = policies(
            "proven by _prove_caller"),
     "drop_queue", "purge_queue", "list_queues", "detach_archive",
     # core: sending, reading, finishing, metrics
-    "send", "_validate_batch_params", "_send_batch", "send_batch",
+    "_check_headers", "send", "_validate_batch_params", "_send_batch", "send_batch",
     Policy("_delay_to_vt", upstream_path=True),
     "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)

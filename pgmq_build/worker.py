@@ -65,8 +65,12 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-__all__ = ["JsonFormatter", "TextFormatter", "Totals", "Worker", "run_cli"]
+from . import validate
+
+__all__ = ["JsonFormatter", "SettingError", "TextFormatter", "Totals", "Worker", "check_settings",
+           "run_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,8 @@ REFRESH_INTERVAL = 10.0
 # (every callback runs in a subtransaction).
 TX_BATCH = 20
 TX_BATCH_MAX = 1000
+# Delayed and retried messages are found only by polling: more than an hour is a mistake.
+NAPTIME_MS_MAX = 3_600_000
 
 # One statement: up to %(k)s calls, stopping at the first NULL (nothing eligible). Each call is
 # a VOLATILE function call, so it sees what the previous calls of the statement did.
@@ -306,6 +312,62 @@ class _Disconnected(Exception):
     pass
 
 
+class SettingError(ValueError):
+    """A Worker setting that cannot work; ``setting`` is the constructor argument's name."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+def check_settings(dsn: object, queues: object = None, *, min_workers: object = MIN_WORKERS,
+                   max_workers: object = MAX_WORKERS, start_delay: object = START_DELAY,
+                   idle_timeout: object = IDLE_TIMEOUT, naptime_ms: object = NAPTIME_MS,
+                   batch: object = BATCH, tx_batch: object = TX_BATCH,
+                   refresh_interval: object = REFRESH_INTERVAL, max_backoff: object = 5.0) -> list[str] | None:
+    """Raise SettingError for the first setting that cannot work (what `Worker(...)` and
+    `pgmq-build worker` accept), without connecting; return the queues, deduplicated."""
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("min_workers", lambda: validate.integer("min_workers", min_workers, 1)),
+        ("max_workers", lambda: validate.integer("max_workers", max_workers, 1)),
+        ("start_delay", lambda: validate.seconds("start_delay", start_delay)),
+        ("idle_timeout", lambda: validate.seconds("idle_timeout", idle_timeout)),
+        ("naptime_ms", lambda: validate.integer("naptime_ms", naptime_ms, 1, NAPTIME_MS_MAX)),
+        ("batch", lambda: validate.integer("batch", batch, 1)),
+        ("tx_batch", lambda: validate.integer("tx_batch", tx_batch, 1, TX_BATCH_MAX)),
+        ("refresh_interval", lambda: validate.seconds("refresh_interval", refresh_interval, 0,
+                                                      inclusive=False)),
+        ("max_backoff", lambda: validate.seconds("max_backoff", max_backoff, 0, inclusive=False)),
+    ]
+    for setting, check in checks:
+        try:
+            check()
+        except (TypeError, ValueError) as exc:
+            raise SettingError(setting, str(exc)) from None
+    if max_workers < min_workers:  # type: ignore[operator]
+        raise SettingError("max_workers", f"max_workers must be at least min_workers "
+                                          f"({min_workers}), got {max_workers}")
+    try:
+        conninfo_to_dict(validate.text("dsn", dsn))
+    except (TypeError, ValueError) as exc:
+        raise SettingError("dsn", str(exc)) from None
+    except psycopg.ProgrammingError as exc:
+        raise SettingError("dsn", f"dsn is not a libpq connection string or URI: "
+                                  f"{str(exc).strip()}") from None
+    if queues is None:
+        return None
+    if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
+        raise SettingError("queues", f"queues must be a list of queue names or None, got "
+                                     f"{type(queues).__name__} {queues!r:.60}")
+    names = list(queues)
+    for i, q in enumerate(names):
+        try:
+            validate.queue_name(f"queues[{i}]", q)
+        except (TypeError, ValueError) as exc:
+            raise SettingError("queues", str(exc)) from None
+    return list(dict.fromkeys(names)) or None
+
+
 class Worker:
     """Dispatch messages of queues with callbacks to their procedures (see the module doc)."""
 
@@ -315,23 +377,12 @@ class Worker:
                  naptime_ms: int = NAPTIME_MS, batch: int = BATCH, tx_batch: int = TX_BATCH,
                  refresh_interval: float = REFRESH_INTERVAL, max_backoff: float = 5.0,
                  logger: logging.Logger | None = None) -> None:
-        if min_workers < 1:
-            raise ValueError("min_workers must be at least 1")
-        if max_workers < min_workers:
-            raise ValueError("max_workers must be at least min_workers")
-        if batch < 1:
-            raise ValueError("batch must be at least 1")
-        if isinstance(tx_batch, bool) or not isinstance(tx_batch, int) \
-                or not 1 <= tx_batch <= TX_BATCH_MAX:
-            raise ValueError(f"tx_batch must be an integer from 1 to {TX_BATCH_MAX}, "
-                             f"not {tx_batch!r}")
-        if naptime_ms < 1:
-            raise ValueError("naptime_ms must be at least 1")
-        if start_delay < 0 or idle_timeout < 0 or refresh_interval <= 0 or max_backoff <= 0:
-            raise ValueError("start_delay and idle_timeout cannot be negative; "
-                             "refresh_interval and max_backoff must be positive")
+        # bad settings raise SettingError here: nothing connects, no thread starts
+        self.fixed_queues = check_settings(
+            dsn, queues, min_workers=min_workers, max_workers=max_workers, start_delay=start_delay,
+            idle_timeout=idle_timeout, naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch,
+            refresh_interval=refresh_interval, max_backoff=max_backoff)
         self.dsn = dsn
-        self.fixed_queues = list(dict.fromkeys(queues)) if queues else None
         self.min_workers = min_workers
         self.max_workers = max_workers
         self.start_delay = start_delay
@@ -441,7 +492,7 @@ class Worker:
         self._mode = mode
         self._sched = _Scheduler(self.naptime, once=once)
         self._started_at = time.monotonic()
-        queues = self._load_queues()  # raises when the server is unreachable
+        queues = self._load_queues(first=True)  # raises when the server is unreachable
         self._sched.set_queues(queues)
         self._emit(logging.INFO, "started", mode=mode, queues=queues,
                    min_workers=self.min_workers, max_workers=self.max_workers,
@@ -505,13 +556,20 @@ class Worker:
                    errors=t.errors, reconnects=t.reconnects, peak_workers=self.peak_workers,
                    seconds=round(time.monotonic() - self._started_at, 3))
 
-    def _load_queues(self) -> list[str]:
-        """The queues to serve: the given ones, else every queue with a callback."""
+    def _load_queues(self, first: bool = False) -> list[str]:
+        """The queues to serve: the given ones, else every queue with a callback. At the first
+        load (before any thread starts) a given queue that does not exist raises SettingError."""
         with self._connect() as conn:
             registered = [r[0] for r in conn.execute(
                 "SELECT queue_name FROM pgmq.list_callbacks() ORDER BY queue_name")]
+            existing = set() if self.fixed_queues is None or not first else {
+                r[0] for r in conn.execute("SELECT queue_name FROM pgmq.list_queues()")}
         if self.fixed_queues is None:
             return registered
+        missing = [q for q in self.fixed_queues if q not in existing]
+        if first and missing:
+            raise SettingError("queues", f"no such queue: {', '.join(map(repr, missing))} "
+                                         "(queue names are case-sensitive)")
         for q in self.fixed_queues:
             if q not in registered:
                 self._emit(logging.WARNING, "no_callback", queue=q)
@@ -826,8 +884,8 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
 
     try:
         worker = Worker(dsn, list(queues) or None, **options)
-    except ValueError as exc:
-        log.error("bad_options", extra={"fields": {"error": str(exc)}})
+    except SettingError as exc:
+        log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
     stop_metrics: Callable[[], None] | None = None
     if metrics_bind:
@@ -863,6 +921,9 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
             pass
         worker.stop()
         return 0
+    except SettingError as exc:  # a --queue that does not exist (found before any thread started)
+        log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
+        return 2
     except psycopg.Error as exc:
         log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
         return 1

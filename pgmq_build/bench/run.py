@@ -4,6 +4,7 @@
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
     python3 -m pgmq_build.bench steady [options]    (or --steady: steady.py, `make bench-steady`)
+    python3 -m pgmq_build.bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -441,9 +442,17 @@ class Bench:
 
 # --- set-up and report ---------------------------------------------------------------------------
 
+def drop_bench_databases(dsn: str) -> None:
+    """Leave nothing behind on a --dsn server (FORCE: sessions watching them, an exporter say,
+    are ended)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for db in (BENCH_DB, UPSTREAM_DB):
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
 def _recreate(dsn: str, dbname: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {dbname}")
+        conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")  # FORCE: ends an exporter's session
         conn.execute(f"CREATE DATABASE {dbname}")
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
@@ -497,6 +506,16 @@ def maybe_install_files() -> str:
     return f"extension files copied to {dest}"
 
 
+def check_dsn(parser: argparse.ArgumentParser, dsn: str | None) -> None:
+    """Refuse (exit 2) a --dsn libpq cannot parse, before any server or Spark is started."""
+    if dsn is None:
+        return
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        parser.error(f"--dsn is not a libpq connection string or URI: {str(exc).strip()}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0],
                                 epilog="python3 -m pgmq_build.bench steady --help: the steady-state "
@@ -529,10 +548,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--clients takes integers, e.g. 1,4")
     if not args.clients or min(args.clients) < 1:
         p.error("--clients needs at least one positive integer")
-    if args.seconds <= 0 or args.rounds < 1:
-        p.error("--seconds must be positive and --rounds at least 1")
+    if not math.isfinite(args.seconds) or args.seconds <= 0 or args.rounds < 1:
+        p.error(f"--seconds must be a finite positive number (got {args.seconds}) and --rounds "
+                f"at least 1 (got {args.rounds})")
     if args.prefill < 0:
         p.error("--prefill must not be negative")
+    if args.spark_rows < 0:
+        p.error(f"--spark-rows must not be negative (0 skips Spark), got {args.spark_rows}")
+    check_dsn(p, args.dsn)
     names = [n.strip() for n in (args.only or "").split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
@@ -611,9 +634,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         clients_impl.close()
         for conn in conns:
             conn.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:  # leave nothing behind on a --dsn server
-        for db in (BENCH_DB, UPSTREAM_DB):
-            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+    drop_bench_databases(dsn)
     wall = time.monotonic() - t0
 
     ours_version = ext[0] if ext else None
@@ -700,6 +721,10 @@ def main(argv: list[str] | None = None) -> int:
 
         rest = argv[1:] if argv[:1] == ["steady"] else [a for a in argv if a != "--steady"]
         return steady_main(rest)
+    if argv[:1] == ["metrics"]:  # what a metrics call costs on a large queue: metrics_cost.py
+        from .metrics_cost import main as metrics_main
+
+        return metrics_main(argv[1:])
     return on_server(parse_args(argv), run)
 
 

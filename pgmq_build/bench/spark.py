@@ -31,6 +31,7 @@ import psycopg
 # Fails without the spark extra (pgmq_build.spark imports pyspark): run.py skips the Spark rows.
 from ..spark import ack, consume
 from ..spark._session import local_session
+from .run import check_dsn
 
 QUEUE = "bench_spark"
 RAW_TABLE = "bench_spark_raw"  # the raw COPY baseline's table, LIKE the queue table
@@ -241,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown path(s) in --only; available: {', '.join(PATHS)}")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.rows < 1:
+        ap.error(f"--rows must be at least 1, got {args.rows}")
+    check_dsn(ap, args.dsn)  # before Spark starts: a typo should not cost a JVM start
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -69,6 +69,7 @@ import psycopg
 
 from .report import OURS, UPSTREAM
 from .run import (
+    check_dsn,
     log,
     on_server,
     prepare_database,
@@ -187,10 +188,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="afterwards, the same run on upstream PGMQ (doubles the time)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = p.parse_args(argv)
+    if not all(math.isfinite(v) for v in (args.minutes, args.rate, args.poll_ms)):
+        p.error("--minutes, --rate and --poll-ms must be finite numbers (not nan or inf)")
     if args.minutes <= 0 or args.rate <= 0 or args.sample <= 0:
         p.error("--minutes, --rate and --sample must be positive")
     if args.producers < 1 or args.consumers < 1 or args.batch < 1 or args.poll_ms < 0:
         p.error("--producers, --consumers and --batch must be at least 1, --poll-ms >= 0")
+    check_dsn(p, args.dsn)
     if args.hold_seconds < 0 or args.warmup < 0:
         p.error("--hold-seconds and --warmup must not be negative")
     if args.hold_seconds and args.hold_at + args.hold_seconds >= args.minutes * 60:
@@ -883,7 +887,7 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
     finally:
         with _connect(dsn) as conn:  # leave nothing behind on a --dsn server
             for db in (STEADY_DB, STEADY_UPSTREAM_DB):
-                conn.execute(f"DROP DATABASE IF EXISTS {db}")
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     load_end = os.getloadavg()
     wall = time.monotonic() - t0
     print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in load_start)}"

@@ -57,6 +57,9 @@ inflightWaitSeconds    stream  how long one trigger waits for them (default 5)
 respectVisibility      stream  hold back messages whose vt is in the future (default true)
 maxPendingMessages     stream  at most this many held-back ids in an offset (default 10000)
 =====================  ======  ===========================================================
+
+Unknown options, options of another direction, numbers out of range and columns of the wrong
+type raise PgmqSparkError in the driver, before any task runs (options.py).
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ def publish(df, *, dsn: str, queue: str | None = None, message: str | None = Non
         extra = [c for c in df.columns if c in reserved]
         df = df.select(F.to_json(F.struct(*body)).alias("message"), *extra)
     else:
+        if message not in df.columns:
+            raise PgmqSparkError(f"publish(message={message!r}): no such column in {df.columns}")
         dtype = df.schema[message].dataType.typeName()
         if dtype != "string":
             df = df.withColumn(message, F.to_json(F.col(message)))

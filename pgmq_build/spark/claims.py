@@ -18,6 +18,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from .. import validate
 from .connections import QueueInfo, connect, resolve_queue
 from .errors import PgmqSparkError
 from .snapshot import QUEUE_COLUMNS, RECORD_SELECT, copy_out_batches
@@ -108,10 +109,15 @@ def consume(spark, *, dsn: str, queue: str, vt: int, max_messages: int,
     """
     from . import register
 
-    if not isinstance(vt, int) or vt < 0:
-        raise ValueError("vt must be a non-negative number of seconds")
-    if not isinstance(max_messages, int) or max_messages < 1:
-        raise ValueError("max_messages must be a positive integer")
+    # checked before Spark is asked anything (TypeError: wrong kind; ValueError: out of range)
+    validate.queue_name("queue", queue)
+    validate.integer("vt", vt, 0)
+    validate.integer("max_messages", max_messages, 1)
+    if partitions is not None:
+        validate.integer("partitions", partitions, 1)
+    if conditional is not None and not isinstance(conditional, dict):
+        raise TypeError(f"conditional must be a dict (a JSON object) or None, got "
+                        f"{type(conditional).__name__}")
     n = partitions or _default_partitions(spark)
     register(spark)
     reader = (spark.read.format("pgmq").option("dsn", dsn).option("queue", queue)

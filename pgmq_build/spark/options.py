@@ -1,13 +1,18 @@
 """Option parsing for the "pgmq" data source (keys are case-insensitive, values strings).
 
 Kept free of pyspark imports; every spec is a small picklable dataclass handed to executors.
+Everything here runs in the driver, before any task: a bad option, an option the direction
+does not know (a typo) or a column of the wrong type fails the query with PgmqSparkError and
+nothing is read or written.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -20,6 +25,39 @@ from .staging import DEFAULT_PROGRESS_TABLE, DEFAULT_STAGING_TABLE
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off"}
+INT32_MAX = 2**31 - 1  # options that reach SQL as integer (claimVt, claimMax, ...)
+
+# The options of each direction (pgmq_build/spark/__init__.py documents them); Spark itself
+# adds "path" (from load(path)/save(path)) and, for streams, "checkpointLocation".
+_COMMON = ("dsn", "user", "password", "queue")
+OPTIONS = {
+    "read": _COMMON + ("table", "numPartitions", "claimVt", "claimMax", "conditional", "path"),
+    "readStream": _COMMON + ("numPartitions", "maxRowsPerBatch", "startingOffsets", "onCommit",
+                             "ackOnLatestOffset", "safeOffsets", "inflightWaitSeconds",
+                             "respectVisibility", "maxPendingMessages", "path"),
+    "write": _COMMON + ("messageColumn", "headersColumn", "delayColumn", "priorityColumn",
+                        "exchange", "routingKeyColumn", "allowUnroutable", "writeMode",
+                        "exactlyOnce", "idempotencyKey", "createQueue", "sinkId", "stagingTable",
+                        "progressTable", "checkpointLocation", "path"),
+}
+
+
+def check_known(options: Mapping[str, str], direction: str) -> None:
+    """Refuse an option this direction does not know: a typo would otherwise be ignored."""
+    known = {k.lower(): k for k in OPTIONS[direction]}
+    for key in options:
+        if key.lower() in known:
+            continue
+        # Spark hands the keys over lower-cased: name the option as documented
+        elsewhere = {d: k for d, keys in OPTIONS.items() for k in keys if k.lower() == key.lower()}
+        if elsewhere:
+            raise PgmqSparkError(f"option {next(iter(elsewhere.values()))!r} is a "
+                                 f"{' / '.join(elsewhere)} option: the pgmq data source does not "
+                                 f"use it for {direction}")
+        close = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.7)
+        hint = f" (did you mean {known[close[0]]!r}?)" if close else ""
+        raise PgmqSparkError(f"unknown option {key!r} for {direction}{hint}; known: "
+                             f"{', '.join(OPTIONS[direction])}")
 
 
 def _get(options: Mapping[str, str], key: str, default: str | None = None) -> str | None:
@@ -45,16 +83,18 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     raise PgmqSparkError(f"option {key} must be true or false, got {v!r}")
 
 
-def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0,
+         maximum: int = INT32_MAX) -> int | None:
     v = _get(options, key)
     if v is None or str(v).strip() == "":
         return default
     try:
         n = int(str(v).strip())
     except ValueError:
-        raise PgmqSparkError(f"option {key} must be an integer, got {v!r}") from None
-    if n < minimum:
-        raise PgmqSparkError(f"option {key} must be >= {minimum}, got {n}")
+        raise PgmqSparkError(f"option {key} must be an integer from {minimum} to {maximum}, "
+                             f"got {v!r}") from None
+    if not minimum <= n <= maximum:
+        raise PgmqSparkError(f"option {key} must be an integer from {minimum} to {maximum}, got {n}")
     return n
 
 
@@ -65,9 +105,9 @@ def _float(options: Mapping[str, str], key: str, default: float) -> float:
     try:
         f = float(v)
     except ValueError:
-        raise PgmqSparkError(f"option {key} must be a number, got {v!r}") from None
-    if f < 0:
-        raise PgmqSparkError(f"option {key} must be >= 0, got {f}")
+        raise PgmqSparkError(f"option {key} must be a number of seconds, got {v!r}") from None
+    if not math.isfinite(f) or f < 0:
+        raise PgmqSparkError(f"option {key} must be a finite number >= 0, got {v!r}")
     return f
 
 
@@ -100,6 +140,7 @@ class ReadSpec:
 
 
 def read_spec(options: Mapping[str, str]) -> ReadSpec:
+    check_known(options, "read")
     conditional = _get(options, "conditional")
     if conditional:
         try:
@@ -133,8 +174,28 @@ class WriteSpec:
     sink_id: str | None
 
 
+# Spark types (DataType.simpleString()) each column may have; encode() converts exactly these.
+_JSON_TYPES = ("string", "binary", "struct<", "map<", "array<")
+_INT_TYPES = ("tinyint", "smallint", "int", "bigint")
+COLUMN_TYPES = {
+    "message": ("a string (JSON text), binary, struct, map or array", _JSON_TYPES),
+    "headers": ("a string (JSON text), binary, struct, map or array", _JSON_TYPES),
+    "delay": ("an integer (seconds) or a timestamp", _INT_TYPES + ("timestamp", "timestamp_ntz")),
+    "priority": ("an integer", _INT_TYPES),
+    "routingKey": ("a string", ("string",)),
+}
+
+
+def _check_type(what: str, option: str, column: str, types: Mapping[str, str]) -> None:
+    allowed, prefixes = COLUMN_TYPES[what]
+    t = types[column]
+    if not any(t == p or (p.endswith("<") and t.startswith(p)) for p in prefixes):
+        raise PgmqSparkError(f"the {what} column {column!r} (option {option}) must be {allowed}, "
+                             f"not {t}")
+
+
 def _column_option(options: Mapping[str, str], key: str, default: str | None,
-                   names: list[str]) -> str | None:
+                   names: Sequence[str]) -> str | None:
     """An explicit option wins ('' disables); otherwise the default name if the column exists."""
     v = _get(options, key)
     if v is not None:
@@ -145,7 +206,13 @@ def _column_option(options: Mapping[str, str], key: str, default: str | None,
     return default if default in names else None
 
 
-def write_spec(options: Mapping[str, str], names: list[str], *, streaming: bool) -> WriteSpec:
+def write_spec(options: Mapping[str, str], names: Sequence[str] | Mapping[str, str], *,
+               streaming: bool) -> WriteSpec:
+    """``names``: the DataFrame's column names, or a mapping of each to its Spark type
+    (``simpleString()``), which is then checked against what each column may be."""
+    check_known(options, "write")
+    types = names if isinstance(names, Mapping) else None
+    names = list(names)
     queue = _get(options, "queue")
     exchange = _get(options, "exchange")
     rk_explicit = _get(options, "routingKeyColumn")
@@ -168,6 +235,12 @@ def write_spec(options: Mapping[str, str], names: list[str], *, streaming: bool)
     if routed and not cols.routing_key:
         raise PgmqSparkError(f"routing needs a routing key column ('routing_key' or option "
                              f"routingKeyColumn) in {names}")
+    if types is not None:
+        for what, column in (("message", cols.message), ("headers", cols.headers),
+                             ("delay", cols.delay), ("priority", cols.priority),
+                             ("routingKey", cols.routing_key)):
+            if column:
+                _check_type(what, f"{what}Column", column, types)
     key = _get(options, "idempotencyKey")
     return WriteSpec(
         dsn=dsn_of(options), queue=queue, exchange=exchange or None, routed=routed, columns=cols,
@@ -197,6 +270,7 @@ class StreamSpec:
 
 
 def stream_spec(options: Mapping[str, str]) -> StreamSpec:
+    check_known(options, "readStream")
     return StreamSpec(
         dsn=dsn_of(options), queue=_get(options, "queue") or "",
         max_rows=_int(options, "maxRowsPerBatch", None, 1),
@@ -207,7 +281,7 @@ def stream_spec(options: Mapping[str, str]) -> StreamSpec:
         inflight_wait=_float(options, "inflightWaitSeconds", 5.0),
         num_partitions=_int(options, "numPartitions", 2, 1) or 2,
         respect_visibility=_bool(options, "respectVisibility", True),
-        max_pending=_int(options, "maxPendingMessages", 10_000, 0) or 0)
+        max_pending=_int(options, "maxPendingMessages", 10_000, 0, 2**62) or 0)
 
 
 def sink_key(spec: WriteSpec, options: Mapping[str, str]) -> str:

@@ -247,8 +247,12 @@ def encode(batch: pa.RecordBatch, cols: Columns, base: datetime, *, routed: bool
     if cols.delay:
         d = _column(batch, cols.delay, "delay")
         if pa.types.is_integer(d.type):
-            if n and pc.min(d).as_py() is not None and pc.min(d).as_py() < 0:
-                raise PgmqSparkError("delay cannot be negative")
+            low, high = (pc.min(d).as_py(), pc.max(d).as_py()) if n else (None, None)
+            if low is not None and low < 0:
+                raise PgmqSparkError(f"delay cannot be negative (column {cols.delay!r} holds {low})")
+            if high is not None and high > INT32_MAX:  # pgmq.send's delay is an SQL integer
+                raise PgmqSparkError(f"delay cannot exceed {INT32_MAX} seconds (column "
+                                     f"{cols.delay!r} holds {high})")
             secs = pc.fill_null(d, 0).cast(pa.int64())
             vt = pc.add(pa.repeat(pa.scalar(base, _TS), n),
                         pc.multiply(secs, 1_000_000).cast(pa.duration("us")))

@@ -34,6 +34,11 @@ QUEUE_SCHEMA = ("msg_id long, read_ct int, enqueued_at timestamp, last_read_at t
 ARCHIVE_SCHEMA = QUEUE_SCHEMA + ", archived_at timestamp"
 
 
+def column_types(schema: StructType) -> dict[str, str]:
+    """Each column's Spark type, for write_spec's checks in the driver (before any task runs)."""
+    return {f.name: f.dataType.simpleString() for f in schema.fields}
+
+
 class PgmqDataSource(DataSource):
     """``format("pgmq")``: PostgreSQL pgmq queues as a Spark source and sink."""
 
@@ -60,7 +65,7 @@ class PgmqDataSource(DataSource):
 
         if overwrite:
             raise PgmqSparkError("a pgmq queue can only be appended to: use .mode('append')")
-        return PublishWriter(write_spec(self.options, schema.fieldNames(), streaming=False))
+        return PublishWriter(write_spec(self.options, column_types(schema), streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import PgmqStreamReader
@@ -73,5 +78,5 @@ class PgmqDataSource(DataSource):
 
         if overwrite:
             raise PgmqSparkError("a pgmq queue can only be appended to: use outputMode('append')")
-        spec = write_spec(self.options, schema.fieldNames(), streaming=True)
+        spec = write_spec(self.options, column_types(schema), streaming=True)
         return PgmqStreamWriter(spec, sink_key(spec, self.options) if spec.exactly_once else "")

@@ -32,7 +32,7 @@ def test_priority_orders_every_read_path(conn, queue):
 
 
 def test_bad_priority_header_is_refused(conn, queue):
-    with raises_sql("22P02"):
+    with raises_sql("22023", 'header x-pgmq-priority must be an integer number, got "high"'):
         send(conn, queue, {}, {"x-pgmq-priority": "high"})
     assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0
 

@@ -187,3 +187,24 @@ def test_without_a_policy_a_rolled_back_take_comes_back_as_it_was(conn, how):
     # upstream: at once, nothing counted
     assert conn.execute("SELECT read_ct, last_read_at FROM pgmq.q_jobs").fetchall() == [(0, None)]
     assert take(conn, how) is not None
+
+
+@pytest.mark.parametrize("how", ["read", "pop"])
+@pytest.mark.parametrize("used_up", [True, False], ids=["dead-lettered", "retried"])
+def test_a_flagged_message_does_not_make_a_read_come_back_short(conn, how, used_up):
+    """The message in front lost its delivery to a rollback: the read that meets it next
+    dead-letters it (no retries left) or puts it back for a later attempt, and hands out the
+    messages behind it instead, up to qty."""
+    conn.execute("SELECT pgmq.create('jobs'), pgmq.create('dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 2, 0, 1, NULL, 'dlq')")
+    limit = {"x-pgmq-max-retries": 0} if used_up else {}
+    conn.execute("SELECT pgmq.send('jobs', %s, %s)", (Jsonb({"n": 1}), Jsonb(limit)))
+    with conn.transaction() as tx:
+        assert conn.execute("SELECT message->>'n' FROM pgmq.read('jobs', 30, 1)").fetchone() == ("1",)
+        raise psycopg.Rollback(tx)
+    conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])")
+    fn = "pgmq.read('jobs', 30, 2)" if how == "read" else "pgmq.pop('jobs', 2)"
+    assert column(conn, f"SELECT message->>'n' FROM {fn}") == ["2", "3"]
+    assert len(dead_letter(conn)) == (1 if used_up else 0)
+    if not used_up:  # its next attempt
+        assert column(conn, "SELECT message->>'n' FROM pgmq.read('jobs', 30, 2)") == ["1"]

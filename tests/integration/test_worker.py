@@ -287,9 +287,9 @@ def test_pool_scales_up_when_busy_and_back_down_when_idle(cb, dsn, events):
 
 def test_cli_validates_options():
     runner = CliRunner()
-    result = runner.invoke(main, ["worker", "--dsn", "x", "--min-workers", "4", "--max-workers", "2"])
+    result = runner.invoke(main, ["worker", "--dsn", "dbname=x", "--min-workers", "4", "--max-workers", "2"])
     assert result.exit_code == 2 and "--max-workers" in result.output
-    result = runner.invoke(main, ["worker", "--dsn", "x", "--log-format", "xml"])
+    result = runner.invoke(main, ["worker", "--dsn", "dbname=x", "--log-format", "xml"])
     assert result.exit_code == 2
     with pytest.raises(ValueError):
         Worker("x", min_workers=0)
@@ -447,5 +447,5 @@ def test_bad_tx_batch_is_refused(bad):
 
 @pytest.mark.parametrize("bad", ["0", "1001", "many"])
 def test_cli_refuses_a_bad_tx_batch(bad):
-    result = CliRunner().invoke(main, ["worker", "--dsn", "x", "--tx-batch", bad])
+    result = CliRunner().invoke(main, ["worker", "--dsn", "dbname=x", "--tx-batch", bad])
     assert result.exit_code == 2 and "--tx-batch" in result.output
