@@ -117,6 +117,7 @@ class Verdict:
     failed_sends: int = 0
     breakdown: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # a few uids per problem
+    over_delivered: dict[str, dict] = field(default_factory=dict)  # uid -> what was counted
 
     @property
     def ok(self) -> bool:
@@ -196,6 +197,11 @@ def check(conn: psycopg.Connection, book: Book) -> Verdict:
         d = deliveries[uid]
         if d > limit or read_cts.get(uid, 0) > limit or attempts.get(uid, 0) > limit:
             problems["over_delivered"].append(uid)
+            v.over_delivered[uid] = {
+                "queue": q, "client_deliveries": d, "read_ct": read_cts.get(uid),
+                "dead_letter_attempts": attempts.get(uid), "poison": uid in poison,
+                "places": {t: n for t in final_tables + ["chaos.client_seen"]
+                           if (n := where[t][uid])}}
         if uid in poison:
             handled = sum(where[t][uid] for t in FINAL_RESULTS.values())
             if handled or where["a_client"][uid]:
