@@ -60,6 +60,10 @@ def _notes(results: list[dict]) -> list[str]:
         bits.append(f"dead-lettered {v['dead_lettered']} ({v['dead_lettered_poison']} poison), left in queues {v['left_in_queues']}, "
                     f"sends with unknown outcome {v['unknown_sends']} "
                     f"({v['unknown_committed']} had committed), refused sends {v['failed_sends']}")
+        if v.get("uncounted_after_crash"):
+            bits.append(f"{v['uncounted_after_crash']} message(s) delivered over the limit by "
+                        "the clients' count whose extra take the crash erased (not counted "
+                        "by the server: see ledger.check)")
         if v["breakdown"]:
             bits.append(f"problems {v['breakdown']} e.g. {v['examples']}")
         if r.get("client_consume_restarts"):

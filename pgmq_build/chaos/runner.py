@@ -45,10 +45,12 @@ class Scenario:
     cluster_settings: dict[str, str] = field(default_factory=dict)
     dsn_options: dict[str, str] = field(default_factory=dict)
     small_fs_mb: int = 0  # > 0: the queues live in a tablespace on a tmpfs of this size
+    crashes: bool = False  # stops the server with -m immediate (see ledger.check)
 
 
 SCENARIOS = [
-    Scenario("restart", "immediate stop and restart under load, twice in a row", faults.restart),
+    Scenario("restart", "immediate stop and restart under load, twice in a row", faults.restart,
+             crashes=True),
     Scenario("terminate", "pg_terminate_backend of random consumers, producers and worker "
              "connections", faults.terminate),
     Scenario("xmin", "a transaction holding the xmin horizon", faults.xmin_hold),
@@ -194,7 +196,7 @@ def run_scenario(sc: Scenario, long: bool = False, settings: Settings | None = N
             load.finish()
             sampler.stop()
         with psycopg.connect(dsn, autocommit=True) as c:
-            verdict = ledger.check(c, book)
+            verdict = ledger.check(c, book, crashed=sc.crashes)
         bloat = {"before_fault": sampler.peaks(base_from, fault_start),
                  "during_fault": sampler.peaks(fault_start, fault.ends[-1] + timing.sample),
                  "after": sampler.peaks(fault.ends[-1] + timing.sample, load.meter.now())}
@@ -298,7 +300,7 @@ def run_soak(minutes: float, long: bool = False, fault_every: float | None = Non
             load.finish()
             sampler.stop()
         with psycopg.connect(dsn, autocommit=True) as c:
-            verdict = ledger.check(c, book)
+            verdict = ledger.check(c, book, crashed=any(e["fault"] == "restart" for e in events))
     window = min(steady.WINDOW, (duration - warmup) / 4)
     flat = sampler.flat((warmup, warmup + window), (duration - window, duration))
     recs = [e["recovery_seconds"] for e in events]

@@ -107,3 +107,15 @@ def test_client_side_records_may_repeat(conn, book):
     assert v.ok and v.redeliveries == 1
     conn.execute("DELETE FROM chaos.client_seen")  # archived but never handled
     assert ledger.check(conn, book).breakdown == {"client_archived_unhandled": 1}
+
+
+def test_over_the_limit_by_the_clients_count_only_is_told_apart_after_a_crash(conn, book):
+    m = send(conn, book, "work", "erased")
+    book.delivered(["erased"] * 4)  # one of these takes left no trace in the crash
+    consume(conn, book, "erased", m, read_ct=4)  # the server counted 4
+    v = ledger.check(conn, book)
+    assert v.breakdown == {"over_delivered": 1} and not v.ok
+    v = ledger.check(conn, book, crashed=True)
+    assert v.ok and v.uncounted_after_crash == 1 and v.beyond_rules == 0
+    conn.execute("UPDATE chaos.consumed SET read_ct = 5")  # the server's own count over: strict
+    assert ledger.check(conn, book, crashed=True).breakdown == {"over_delivered": 1}
