@@ -124,9 +124,9 @@ BEGIN
     END IF;
     FOREACH v_key IN ARRAY ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] LOOP
         CONTINUE WHEN NOT headers ? v_key;
-        IF jsonb_typeof(headers -> v_key) IS DISTINCT FROM 'number'
-           OR (headers ->> v_key)::numeric NOT BETWEEN -2147483648 AND 2147483647
-           OR (headers ->> v_key)::numeric <> trunc((headers ->> v_key)::numeric) THEN
+        IF jsonb_typeof(headers -> v_key) NOT IN ('number', 'string')
+           OR (headers ->> v_key) !~ '^\s*[-+]?[0-9]{1,10}\s*$'
+           OR (headers ->> v_key)::bigint NOT BETWEEN -2147483648 AND 2147483647 THEN
             RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
                 MESSAGE = format('header %s must be an integer number, got %s', v_key, headers -> v_key);
         END IF;

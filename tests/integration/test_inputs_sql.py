@@ -39,6 +39,10 @@ def test_send_batch_and_send_reserved_check_every_message_s_headers(conn, queue)
     with raises_sql("22023"):
         conn.execute("SELECT pgmq.send_reserved('jobs', '{}', 60, '{\"x-pgmq-ttl\": 99999999999}')")
     assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0
+    # a string of digits is an integer to the reads, as it always was
+    conn.execute("SELECT pgmq.send('jobs', '{}', '{\"x-pgmq-priority\": \" 7\"}'::jsonb)")
+    assert scalar(conn, "SELECT priority FROM pgmq.q_jobs") == 7
+    conn.execute("SELECT pgmq.purge_queue('jobs')")
     # headers that are not an object are stored as upstream stores them
     conn.execute("SELECT pgmq.send('jobs', '{}', '[\"x-pgmq-ttl\"]'::jsonb)")
     assert scalar(conn, "SELECT count(*) FROM pgmq.read('jobs', 0, 10)") == 1
