@@ -294,9 +294,19 @@ OPS = Feature(
                "functions/browse.sql.j2"),
 )
 
+# Streams (PgQ's model): append-only logs in rotated segment tables, subscriptions at ticks.
+STREAMS = Feature(
+    name="streams",
+    uses=("core",),
+    templates=("tables.sql.j2", "functions/admin.sql.j2", "functions/publish.sql.j2",
+               "functions/ticks.sql.j2", "functions/subscriptions.sql.j2"),
+    config_tables=("streams", "stream_segments", "stream_ticks", "stream_subscriptions", "stream_batches",
+                   "stream_tick_seq"),
+)
+
 ACCESS = Feature(
     name="access",
-    uses=("core", "delivery", "routing", "notify", "callbacks"),
+    uses=("core", "delivery", "routing", "notify", "callbacks", "streams"),
     templates=("functions/access.sql.j2", "policies.sql.j2"),
 )
 
@@ -405,6 +415,24 @@ ROUTINES = policies(
     # ops
     "pause", "resume", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
     "browse", "move_messages",
+    # streams
+    Policy("_create_stream_for",
+           definer_reason="stream tables belong to the extension's owner, so that no stream owner can attach "
+           "code to them; it makes a validated stream for the caller proven by _prove_caller, who becomes "
+           "its owner with SELECT and INSERT only"),
+    "create_stream",
+    Policy("_drop_stream_for",
+           definer_reason="drops the tables (the extension owner's) of a stream whose owner is the caller "
+           "proven by _prove_caller"),
+    "drop_stream", "list_streams", "stream_send", "stream_send_batch", "_stream_privilege",
+    Policy("_stream_tick",
+           definer_reason="PUBLIC cannot write ticks; a tick is a snapshot and a counter of the named stream, "
+           "nothing the caller gives but the name"),
+    Policy("_stream_maintain",
+           definer_reason="rotates and drops segment tables (the extension owner's) by the stream's own "
+           "settings and the clock; nothing the caller gives but the name"),
+    "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "_stream_events", "stream_read",
+    "_stream_settle", "stream_ack", "stream_rewind", "stream_info",
     # access
     Policy("_set_queue_access",
            definer_reason="grants and revokes privileges on tables that belong to the extension's owner, "
@@ -424,5 +452,5 @@ UPSTREAM_CONTRACT = tuple(line for line in UPSTREAM_CONTRACT_FILE.read_text().sp
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
                     features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
-                              CALLBACKS, OPS, ACCESS),
+                              CALLBACKS, OPS, STREAMS, ACCESS),
                     upstream=UPSTREAM_VERSIONS, routines=ROUTINES, contract=UPSTREAM_CONTRACT)

@@ -231,6 +231,7 @@ class _Objects:
     views: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     routines: list[upgrade.Routine] = field(default_factory=list)
+    sequences: list[str] = field(default_factory=list)
 
 
 def _objects(script: str, schema: str) -> _Objects:
@@ -241,6 +242,8 @@ def _objects(script: str, schema: str) -> _Objects:
             out.tables.append(node.relation.relname)
         elif isinstance(node, ast.ViewStmt) and node.view.schemaname == schema:
             out.views.append(node.view.relname)
+        elif isinstance(node, ast.CreateSeqStmt) and node.sequence.schemaname == schema:
+            out.sequences.append(node.sequence.relname)
         elif isinstance(node, ast.CompositeTypeStmt) and node.typevar.schemaname == schema:
             out.types.append(node.typevar.relname)
         elif isinstance(node, ast.CreateFunctionStmt) and node.funcname[0].sval == schema:
@@ -261,6 +264,8 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
     for table in objects.tables:
         conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS TABLE {}").format(
             sql.Identifier(f"pgmq_migrate_{table}"), _ident(schema, table)))
+    positions = {seq: conn.execute("SELECT pg_catalog.pg_sequence_last_value(%s::regclass)",
+                                   (f"{schema}.{seq}",)).fetchone()[0] for seq in objects.sequences}
     triggers = conn.execute(
         """SELECT c.relname, t.tgname, pg_catalog.pg_get_triggerdef(t.oid)
            FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
@@ -303,6 +308,8 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
     conn.execute("DROP ROUTINE " + ", ".join(r.signature for r in objects.routines))
     conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(_ident(schema, t) for t in objects.tables)))
     conn.execute(sql.SQL("DROP TYPE {}").format(sql.SQL(", ").join(_ident(schema, t) for t in objects.types)))
+    if objects.sequences:
+        conn.execute(sql.SQL("DROP SEQUENCE {}").format(sql.SQL(", ").join(_ident(schema, q) for q in objects.sequences)))
     conn.execute(sql.SQL("COMMENT ON SCHEMA {} IS NULL").format(sql.Identifier(schema)))
     echo(f"  CREATE EXTENSION pgmq VERSION '{manifest.version}'")
     conn.execute(sql.SQL("CREATE EXTENSION pgmq VERSION {}").format(sql.Literal(manifest.version)))
@@ -314,9 +321,21 @@ def adopt_as_extension(conn: psycopg.Connection, echo: Echo, manifest: Manifest 
                  AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum""",
             (schema, table)).fetchall()]
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-        cur = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT DO NOTHING").format(
+        # OVERRIDING SYSTEM VALUE: identity columns keep their values (then their sequence follows)
+        cur = conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM {} "
+                                   "ON CONFLICT DO NOTHING").format(
             _ident(schema, table), cols, cols, sql.Identifier(f"pgmq_migrate_{table}")))
         restored += cur.rowcount
+        for (column,) in conn.execute(
+                """SELECT a.attname FROM pg_catalog.pg_attribute a
+                   WHERE a.attrelid = pg_catalog.format('%%I.%%I', %s::text, %s::text)::regclass
+                     AND a.attidentity <> ''""", (schema, table)).fetchall():
+            conn.execute(sql.SQL("SELECT pg_catalog.setval(pg_catalog.pg_get_serial_sequence({}, {}), m) "
+                                 "FROM (SELECT max({}) AS m FROM {}) x WHERE m IS NOT NULL").format(
+                sql.Literal(f"{schema}.{table}"), sql.Literal(column), sql.Identifier(column), _ident(schema, table)))
+    for seq, value in positions.items():
+        if value is not None:
+            conn.execute("SELECT pg_catalog.setval(%s::regclass, %s)", (f"{schema}.{seq}", value))
     for _, _, definition in triggers:
         conn.execute(definition)
     for table, grantee, privilege, grantable in grants:

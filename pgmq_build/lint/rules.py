@@ -264,9 +264,10 @@ def _adds_to_extension(node: ast.Node) -> bool:
 
 
 def _created_table(stmt: Statement) -> str | None:
-    if not isinstance(stmt.node, ast.CreateStmt):
+    """The table (or sequence: its value can be config-dumped too) a statement creates."""
+    if not isinstance(stmt.node, (ast.CreateStmt, ast.CreateSeqStmt)):
         return None
-    rel = stmt.node.relation
+    rel = stmt.node.relation if isinstance(stmt.node, ast.CreateStmt) else stmt.node.sequence
     return f"{rel.schemaname}.{rel.relname}" if rel.schemaname else rel.relname
 
 

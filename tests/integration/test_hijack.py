@@ -303,6 +303,19 @@ SCENARIO = [
     ("SELECT pgmq.detach_archive('jobs')", ANY),
     ("SELECT pgmq.drop_queue('fast', false)", True),
     ("SELECT pgmq.drop_queue('cbq')", True),
+    # streams
+    ("SELECT pgmq.create_stream('st')", ANY),
+    ("SELECT pgmq.subscribe('st', 'a')", ANY),
+    (f"SELECT pgmq.stream_send('st', {J})", 1),
+    ("SELECT count(*) FROM pgmq.stream_send_batch('st', ARRAY['{}']::pg_catalog.jsonb[])", 1),
+    ("SELECT count(*) FROM pgmq.stream_read('st', 'a')", 2),
+    ("SELECT pgmq.stream_ack('st', 'a', (SELECT max(batch_id) FROM pgmq.stream_batches))", ANY),
+    ("SELECT lag_events FROM pgmq.stream_info('st')", 0),
+    ("SELECT pgmq.stream_rewind('st', 'a', '-infinity'::pg_catalog.timestamptz) OPERATOR(pg_catalog.>=) 0", True),
+    ("SELECT pgmq.stream_tick()", ANY),
+    ("SELECT count(*) FROM pgmq.list_streams()", 1),
+    ("SELECT pgmq.unsubscribe('st', 'a')", True),
+    ("SELECT pgmq.drop_stream('st')", True),
     ("SELECT pgmq.queue_deinitialize()", ANY),
 ]
 

@@ -168,6 +168,22 @@ CASES = [
     _q(f"SELECT pgmq.send_reserved({T}, '{{}}', 10)"),
     _q(f"SELECT pgmq.confirm({T}, ARRAY[1]::bigint[])"),
     _q(f"SELECT pgmq.expire_messages({T})"),
+    # stream and subscription names
+    _q(f"SELECT pgmq.create_stream({T})"),
+    _q(f"SELECT pgmq.drop_stream({T})"),
+    _q(f"SELECT pgmq.stream_send({T}, '{{}}')"),
+    _q(f"SELECT pgmq.stream_send_batch({T}, ARRAY['{{}}']::jsonb[])"),
+    _q(f"SELECT pgmq.subscribe({T}, 's')"),
+    _q(f"SELECT pgmq.subscribe('st', {T})", QUEUE | {"22023"}),
+    _q(f"SELECT pgmq.unsubscribe({T}, 's')"),
+    _q(f"SELECT * FROM pgmq.stream_read({T}, 's')"),
+    _q(f"SELECT * FROM pgmq.stream_read('st', {T})", QUEUE | {"42704"}),
+    _q(f"SELECT pgmq.stream_ack({T}, 's', 1)"),
+    _q(f"SELECT pgmq.stream_ack('st', {T}, 1)", QUEUE | {"42704"}),
+    _q(f"SELECT pgmq.stream_rewind({T}, 's', 0::bigint)"),
+    _q(f"SELECT pgmq.stream_rewind('st', {T}, now())", QUEUE | {"42704"}),
+    _q(f"SELECT * FROM pgmq.stream_info({T})"),
+    _q(f"SELECT pgmq.stream_tick({T})"),
     # queue names: operations
     _q(f"SELECT pgmq.pause({T})"),
     _q(f"SELECT pgmq.resume({T})"),
@@ -430,7 +446,8 @@ def test_every_routine_with_a_name_argument_is_fuzzed():
     fuzzed = {m.group(1) for c in CASES for m in [re.search(r"pgmq\.(\w+)\(", c.sql)] if m}
     name_args = re.compile(r"\b(queue_name|q_name|table_name|routing_key|pattern|callback|"
                            r"dead_letter_queue|target_queue|queue_dlq|conditional|q_msg_\w*filter|exchange_name|e_name|"
-                           r"e_key|e_routing_key|e_type|alternate_exchange|role_name|on_unroutable)\b")
+                           r"e_key|e_routing_key|e_type|alternate_exchange|role_name|on_unroutable|"
+                           r"stream_name|subscription_name)\b")
     want = {e.name for e in surface.current()
             if not e.name.startswith("_") and name_args.search(e.signature.identity)}
     assert sorted(want - fuzzed) == []

@@ -137,6 +137,7 @@ def state(c: psycopg.Connection) -> dict:
     out = {
         "sequences": c.execute("""SELECT c.relname, pg_sequence_last_value(c.oid) FROM pg_class c
                                   WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relkind = 'S'
+                                    AND c.relname ~ '^[qa]_'  -- the queues' (ours add others)
                                   ORDER BY 1""").fetchall(),
         "topics": c.execute("SELECT pattern, queue_name, bound_at, compiled_regex FROM pgmq.topic_bindings "
                             "ORDER BY 1, 2").fetchall(),
