@@ -171,7 +171,7 @@ class Load:
             if outcome == "acked":
                 self.meter.add("produced", len(uids))
             self.book.sent(uids, queue, outcome)
-            if conn.broken:
+            if conn.broken or stuck(conn):
                 conn.close()
         if conn is not None:
             conn.close()
@@ -219,7 +219,7 @@ class Load:
                 got = self._consume_once(conn, name, s.batch)
             except psycopg.Error as exc:
                 self.book.error(exc)
-                if conn.broken or conn.closed:
+                if conn.broken or conn.closed or stuck(conn):
                     conn.close()
                     conn = None
                 self.stop.wait(0.05)  # not a hot loop while the server refuses (disk full)
@@ -289,6 +289,16 @@ class Load:
             done = self.worker.totals.done
             self.meter.add("consumed", done - last)
             last = done
+
+
+def stuck(conn: psycopg.Connection) -> bool:
+    """The session is still inside a transaction after an error: the ROLLBACK itself failed.
+    A statement_timeout that fires as a statement ends leaves a cancel pending that hits the
+    next statement, the ROLLBACK ('canceling statement due to user request'); psycopg only
+    logs that, and every later statement (SET, SAVEPOINT) fails with 25P02. A fresh connection
+    is the way out."""
+    return (not conn.closed
+            and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
 
 
 class _CountingWorker(Worker):
