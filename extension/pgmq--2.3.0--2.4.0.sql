@@ -8,6 +8,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 -- ---------------------------------------------------------------- pre: templates/upgrades/2.3.0--2.4.0/pre.sql.j2
 ALTER TABLE pgmq.queue_settings ADD COLUMN paused            BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE pgmq.queue_settings ADD COLUMN priorities        BOOLEAN NOT NULL DEFAULT false;
 -- How many callbacks of each queue ran and how many raised (queue_metrics). A dispatcher adds to
 -- one of 16 rows per queue, chosen by its backend pid, so that concurrent dispatchers rarely wait
 -- for each other's row lock; the rows go with the queue.
@@ -154,20 +155,33 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_tick_seq', '');
 GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq._create_queue_for(text, boolean)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
+-- replace: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq._dead_letter(text, bigint[], text, text)
+-- replace: pgmq.redrive(text, text, integer)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq._create_partitioned(text, text, text, integer)
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._dispatch_one(text)
 -- new: pgmq._check_headers(jsonb)
+-- new: pgmq._note_priorities(text)
+-- new: pgmq._enable_priorities_for(text)
+-- new: pgmq.enable_priorities(text)
+-- new: pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+-- new: pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- new: pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+-- new: pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- new: pgmq.pause(text)
 -- new: pgmq.resume(text)
 -- new: pgmq._count_rows(text)
@@ -197,6 +211,110 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- new: pgmq.stream_rewind(text, text, timestamp with time zone)
 -- new: pgmq.stream_rewind(text, text, bigint)
 -- new: pgmq.stream_info(text)
+
+CREATE OR REPLACE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller   name := pgmq._proven_caller();
+    v_qtable   text := pgmq.format_table_name(queue_name, 'q');
+    v_atable   text := pgmq.format_table_name(queue_name, 'a');
+    v_existing text;
+    v_owner    name;
+    v_new      boolean;
+    v_obj      record;
+BEGIN
+    PERFORM pgmq.validate_queue_name(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
+      AND m.queue_name <> _create_queue_for.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
+    v_new := to_regclass(format('pgmq.%I', v_qtable)) IS NULL;
+    IF NOT v_new AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                      WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
+        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        RETURN;  -- not ours to complete
+    END IF;
+
+    IF unlogged THEN
+        EXECUTE format(
+            $q$CREATE UNLOGGED TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    ELSE
+        EXECUTE format(
+            $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    END IF;
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT PRIMARY KEY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        )$q$,
+        v_atable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                   v_qtable || '_vt_idx', v_qtable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, false, unlogged)
+    ON CONFLICT DO NOTHING;
+    IF v_new THEN
+        INSERT INTO pgmq.queue_owners (queue_name, owner) VALUES (queue_name, v_caller);
+        IF v_caller <> current_user THEN
+            FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name) LOOP
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) TO PUBLIC;
 
 CREATE FUNCTION pgmq._check_headers(headers jsonb)
 RETURNS void
@@ -235,6 +353,9 @@ BEGIN
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
             PERFORM pgmq._note_message_limits(queue_name);
         END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
         -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -264,6 +385,9 @@ BEGIN
                 IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
                     PERFORM pgmq._note_message_limits(queue_name);
                 END IF;
+                IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    PERFORM pgmq._note_priorities(queue_name);
+                END IF;
             END IF;
         END LOOP;
     END IF;
@@ -278,6 +402,80 @@ BEGIN
     RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
 END;
 $fn$;
+
+CREATE FUNCTION pgmq._note_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE s.queue_name = _note_priorities.queue_name AND s.priorities) THEN
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._enable_priorities_for(queue_name);
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._enable_priorities_for(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller  name := pgmq._proven_caller();
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_trigger name;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _enable_priorities_for.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
+    VALUES (queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
+    -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
+    -- deferred notification triggers (a message sent earlier in it) fire now instead of at
+    -- commit (their NOTIFY still goes out at commit), and the triggers are deferred again.
+    FOR v_trigger IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                     WHERE t.tgrelid = format('pgmq.%I', v_qtable)::regclass AND t.tginitdeferred LOOP
+        EXECUTE format('SET CONSTRAINTS pgmq.%I IMMEDIATE', v_trigger);
+        EXECUTE format('SET CONSTRAINTS pgmq.%I DEFERRED', v_trigger);
+    END LOOP;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq.enable_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
+    END IF;
+    PERFORM pgmq._note_priorities(queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_priorities(queue_name text) IS 'Make a queue serve messages in priority order from now on: builds its (priority, msg_id) index. The first message sent with a priority does this by itself, in its own transaction, which then holds a lock that stops the queue''s other producers and consumers until it commits; call this first on a busy queue. Idempotent.';
 
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
@@ -295,6 +493,7 @@ DECLARE
     v_backoff   double precision;
     v_max_delay integer;
     v_paused    boolean;
+    v_ranked    boolean;
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
@@ -305,14 +504,18 @@ DECLARE
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
     FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
-        RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+        END IF;
         RETURN;
     END IF;
     LOOP
@@ -322,6 +525,13 @@ BEGIN
                        v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                         vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+                   WHERE NOT v_ranked
+                   UNION ALL
+                   SELECT * FROM pgmq._static_read_judged_ranked(
+                       v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+                   WHERE v_ranked
         LOOP
             IF v_r.reason IS NULL THEN
                 -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -371,6 +581,7 @@ DECLARE
     v_backoff   double precision;
     v_max_delay integer;
     v_paused    boolean;
+    v_ranked    boolean;
     v_r         record;
     v_dead      text[] := '{}';
     v_dead_ids  bigint[] := '{}';
@@ -381,14 +592,18 @@ DECLARE
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
     FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
-        RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        END IF;
         RETURN;
     END IF;
     LOOP
@@ -398,6 +613,13 @@ BEGIN
                        v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                         vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+                   WHERE NOT v_ranked
+                   UNION ALL
+                   SELECT * FROM pgmq._static_pop_judged_ranked(
+                       v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
+                   WHERE v_ranked
         LOOP
             IF v_r.reason IS NULL THEN
                 -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
@@ -431,7 +653,159 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
 
+CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -507,7 +881,156 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -703,6 +1226,69 @@ BEGIN
         SELECT msg_id
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -747,6 +1333,145 @@ RETURN;
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+ORDER BY 9, 1
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -905,6 +1630,67 @@ BEGIN
         SELECT msg_id
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -947,6 +1733,143 @@ RETURN;
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+ORDER BY 9, 1
+;
+RETURN;
+',
+                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1227,6 +2150,122 @@ REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
 
+CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq   text;
+    v_count bigint;
+BEGIN
+    SELECT s.dead_letter_queue INTO v_dlq
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+
+    IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _dead_letter.queue_name AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_dlq);
+        END IF;
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (vt, message, headers, priority)
+            SELECT clock_timestamp(), d.message, coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                'time', clock_timestamp())),
+                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+            FROM d ORDER BY d.msg_id$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        USING msg_ids, queue_name, reason, error;
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp()))
+            FROM d$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+    END IF;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text := pgmq._format_table_name(dead_letter_queue, 'q');
+    v_target text;
+    v_left   bigint := max_messages;
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF target_queue IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pgmq.meta m WHERE m.queue_name = redrive.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', target_queue);
+    END IF;
+    -- One pass per destination queue, oldest first within each.
+    FOR v_target IN EXECUTE format(
+            $q$SELECT DISTINCT coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue')
+               FROM pgmq.%I
+               WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') IN
+                     (SELECT m.queue_name FROM pgmq.meta m)$q$, v_dlq)
+            USING target_queue
+    LOOP
+        EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = redrive.dead_letter_queue AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_target);
+        END IF;
+        EXECUTE format(
+            $q$WITH picked AS (
+                SELECT msg_id FROM pgmq.%1$I
+                WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') = $2
+                ORDER BY msg_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
+                RETURNING d.msg_id, d.message, d.headers
+            )
+            INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+            SELECT clock_timestamp(), message,
+                   nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
+                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+            FROM moved ORDER BY msg_id$q$,
+            v_dlq, pgmq._format_table_name(v_target, 'q'))
+        USING target_queue, v_target, v_left;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        v_left := v_left - v_count;
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
+
 CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -1244,6 +2283,9 @@ BEGIN
         PERFORM pgmq._check_headers(headers);
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
             PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
         END IF;
     END IF;
     EXECUTE format(
@@ -1275,6 +2317,7 @@ DECLARE
     v_id     bigint;
     v_row    record;
     v_result pgmq.message_record;
+    v_first  text;  -- the first sort key: priority only where the queue has its index
 BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
     IF v_policy.paused THEN
@@ -1287,6 +2330,8 @@ BEGIN
     END IF;
     -- rows are judged by the delivery rules when the queue or its messages have retry rules
     v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
+    -- (ORDER BY msg_id, msg_id is msg_id order: the planner drops the repeated key)
+    v_first := CASE WHEN v_policy.priorities THEN 'priority' ELSE 'msg_id' END;
     IF v_judged THEN
         v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
     END IF;
@@ -1306,9 +2351,9 @@ BEGIN
                                   'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
                          AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
                          AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
-                   ORDER BY priority, msg_id
+                   ORDER BY %2$I, msg_id
                    LIMIT 1
-                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable, v_first)
             INTO v_row
             USING only_msg_id, v_done, hfilter, pfilter, kinds, v_policy.message_ttl;
             IF v_row.msg_id IS NULL THEN
@@ -1330,11 +2375,11 @@ BEGIN
                              AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
                              AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
                          AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
-                       ORDER BY priority, msg_id
+                       ORDER BY %2$I, msg_id
                        LIMIT 2 * 1 + 32
                    ) c
                    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
-                   LIMIT 1$q$, v_qtable)
+                   LIMIT 1$q$, v_qtable, v_first)
             INTO v_id
             USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
             IF v_id IS NULL THEN
@@ -1373,6 +2418,195 @@ BEGIN
         v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
         RETURN v_result;
     END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable     text := pgmq.format_table_name(queue_name, 'q');
+    v_atable     text := pgmq.format_table_name(queue_name, 'a');
+    v_qparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'q');
+    v_aparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'a');
+    v_col        text;
+    v_acol       text;
+    v_interval   interval;
+    v_partman    text;
+    v_type       text;
+    v_configured boolean;
+    v_existing   text;
+    v_keydef     text;
+BEGIN
+    -- upstream's checks, in upstream's order
+    PERFORM pgmq.validate_queue_name(queue_name);
+    -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
+    -- them: only a trusted role may, so that no untrusted role owns a queue table.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'create_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+    END IF;
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
+    IF premake IS NULL OR premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
+    END IF;
+    -- what pg_partman would refuse, refused before it is called
+    IF pg_catalog.strpos(queue_name, '.') > 0 THEN
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
+    v_col := pgmq._get_partition_col(partition_interval);
+    v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
+    IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
+    END IF;
+    IF v_col = 'msg_id' THEN
+        IF partition_interval::bigint < 1 THEN
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
+        END IF;
+        IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END IF;
+    ELSE
+        BEGIN
+            v_interval := partition_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
+        END;
+        BEGIN
+            v_interval := retention_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END;
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+    v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
+
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
+      AND m.queue_name <> _create_partitioned.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+
+    -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
+    PERFORM 1
+    FROM pg_catalog.pg_class c
+    WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
+      AND c.relkind <> 'p';
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" already exists and is not partitioned', queue_name USING HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+    END IF;
+    SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
+        RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
+    END IF;
+
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
+    -- objects are made IF NOT EXISTS (a repeated call prints upstream's NOTICEs), ours quietly.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB,
+            -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+            priority     INTEGER DEFAULT 0 NOT NULL
+        ) PARTITION BY RANGE (%I)$q$,
+        v_qtable, v_col);
+    -- Indexes on the parent are created on every partition, present and future.
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
+                   v_qtable || '_part_idx', v_qtable, v_col);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_vt_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF v_col <> 'msg_id' THEN
+        -- delete/archive/set_vt find messages by msg_id: without a key, index it.
+        IF to_regclass(format('pgmq.%I', v_qtable || '_msg_id_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_qtable || '_msg_id_idx', v_qtable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_qparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_qparent, v_col, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_qparent, pg_catalog.btrim(retention_interval), true, v_col <> 'msg_id', premake;
+
+    -- The archive: same columns plus archived_at, msg_id NOT NULL without a key.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT NOT NULL,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        ) PARTITION BY RANGE (%I)$q$,
+        v_atable, v_acol);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+    IF v_acol = 'msg_id' THEN
+        IF to_regclass(format('pgmq.%I', v_atable || '_part_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_atable || '_part_idx', v_atable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_aparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_aparent, v_acol, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_aparent, pg_catalog.btrim(retention_interval), true, v_acol <> 'msg_id', premake;
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, true, false)
+    ON CONFLICT DO NOTHING;
+    INSERT INTO pgmq.queue_owners (queue_name, owner)
+    VALUES (queue_name, current_user)
+    ON CONFLICT DO NOTHING;
 END;
 $fn$;
 
@@ -3093,6 +4327,9 @@ BEGIN
                WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
         PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
     END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = move_messages.source_queue AND s.priorities) THEN
+        PERFORM pgmq._note_priorities(move_messages.target_queue);
+    END IF;
     -- One statement: a message is always in exactly one of the two queues.
     EXECUTE format(
         $q$WITH picked AS (
@@ -3818,6 +5055,30 @@ $fn$;
 COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.3.0--2.4.0/post.sql.j2
+-- Priorities (features/core/functions/priorities.sql.j2): a queue keeps its (priority, msg_id)
+-- index, flagged, only when some message has a priority; the others lose it and are read in
+-- msg_id order, as a fresh queue is.
+DO $step$
+DECLARE
+    v_q      record;
+    v_index  text;
+    v_ranked boolean;
+BEGIN
+    FOR v_q IN SELECT m.queue_name FROM pgmq.meta m ORDER BY m.queue_name LOOP
+        v_index := pgmq._format_table_name(v_q.queue_name, 'q') || '_priority_idx';
+        CONTINUE WHEN to_regclass(format('pgmq.%I', v_index)) IS NULL;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I WHERE priority <> 0)',
+                       pgmq._format_table_name(v_q.queue_name, 'q'))
+        INTO v_ranked;
+        IF v_ranked THEN
+            INSERT INTO pgmq.queue_settings AS s (queue_name, priorities) VALUES (v_q.queue_name, true)
+            ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true;
+        ELSE
+            EXECUTE format('DROP INDEX pgmq.%I', v_index);
+        END IF;
+    END LOOP;
+END;
+$step$;
 SELECT pgmq._rebuild_static_paths();
 ALTER TABLE pgmq.stream_subscriptions ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.stream_subscriptions TO PUBLIC;

@@ -217,6 +217,7 @@ CORE = Feature(
         "functions/queue_admin.sql.j2",
         "functions/send.sql.j2",
         "functions/send_batch.sql.j2",
+        "functions/priorities.sql.j2",
         "functions/read.sql.j2",
         "functions/delete_archive.sql.j2",
         "functions/set_vt.sql.j2",
@@ -339,10 +340,16 @@ ROUTINES = policies(
     # core: sending, reading, finishing, metrics
     "_check_headers", "send", "_validate_batch_params", "_send_batch", "send_batch",
     Policy("_delay_to_vt", upstream_path=True),
+    "_note_priorities",
+    Policy("_enable_priorities_for",
+           definer_reason="builds the fixed (priority, msg_id) index on a table that belongs to the extension's "
+           "owner and flags the queue, for a caller proven by _prove_caller who may send to it"),
+    "enable_priorities",
     "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
-    "_static_send", "_static_send_batch", "_static_read", "_static_read_judged", "_static_pop",
-    "_static_pop_judged", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
+    "_static_send", "_static_send_batch", "_static_read", "_static_read_ranked", "_static_read_judged",
+    "_static_read_judged_ranked", "_static_pop", "_static_pop_ranked", "_static_pop_judged",
+    "_static_pop_judged_ranked", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
     "_static_path_tree",
     Policy("_rebuild_static_paths",
            definer_reason="the static paths belong to the extension's owner; it rewrites them from "

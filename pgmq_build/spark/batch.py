@@ -113,6 +113,9 @@ def target_of(spec: WriteSpec) -> publishing.Target:
     assert spec.queue is not None
     with connect(spec.dsn, autocommit=True) as conn:
         info = resolve_queue(conn, spec.queue, create=spec.create_queue)
+        if spec.columns.priority is not None:
+            # before any task: see publishing.note_priorities
+            conn.execute("SELECT pgmq.enable_priorities(%s::text)", (info.queue,))
     return publishing.Target(queue=info)
 
 

@@ -361,6 +361,15 @@ def subset(enc: Encoded, idx: list[int] | np.ndarray) -> Encoded:
                    None if enc.routing_key is None else enc.routing_key.take(ix))
 
 
+# A queue serves priority order once a message with a priority arrives (the extension's
+# _note_priorities builds its index). The driver does it before the tasks when the rows have a
+# priority column (batch.target_of); a task that still meets a priority (one inside a headers
+# column) does it after its COPY, in its transaction: then two tasks doing it at once can
+# deadlock, and Spark retries the one PostgreSQL aborts.
+def note_priorities(cur: psycopg.Cursor, queue: str) -> None:
+    cur.execute("SELECT pgmq._note_priorities(%s::text)", (queue,))
+
+
 def copy_task(cur: psycopg.Cursor, info: QueueInfo, batches: Iterable[Encoded]) -> int:
     """Every batch of a task into the queue table through one ``COPY ... (FORMAT binary)``
     (priority set as the extension's inserts set it); the special rows are kept and go through
@@ -368,6 +377,7 @@ def copy_task(cur: psycopg.Cursor, info: QueueInfo, batches: Iterable[Encoded]) 
     transaction is the caller's."""
     later: list[Encoded] = []
     done = 0
+    ranked = False
     stmt = sql.SQL("COPY {} " + QUEUE_COPY_COLUMNS + " FROM STDIN (FORMAT binary)").format(info.q)
     with cur.copy(stmt) as copy:
         copy.write(copybinary.SIGNATURE)
@@ -379,7 +389,10 @@ def copy_task(cur: psycopg.Cursor, info: QueueInfo, batches: Iterable[Encoded]) 
             if plain.num_rows:
                 copy.write(queue_copy_data(plain))
                 done += plain.num_rows
+                ranked = ranked or bool(np.any(np.asarray(plain.priority) != 0))
         copy.write(copybinary.TRAILER)
+    if ranked:
+        note_priorities(cur, info.queue)
     for enc in later:
         done += send_rows(cur, info.queue, enc)
     return done

@@ -288,6 +288,7 @@ SCENARIO = [
     ("SELECT depth FROM pgmq.queue_metrics('plain')", ANY),
     ("SELECT count(*) FROM pgmq.queue_metrics()", ANY),
     ("SELECT count(*) FROM pgmq.browse('plain')", ANY),
+    ("SELECT pgmq.enable_priorities('plain')", ANY),
     ("SELECT pgmq.move_messages('plain', 'fast')", ANY),
     # partitioned (pg_partman). pg_partman 4.x sets its own search_path to 'partman, pg_temp,
     # <ours>', so pg_temp comes before pg_catalog there and a temporary type named text breaks

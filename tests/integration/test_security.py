@@ -140,6 +140,8 @@ CASES = [
     _q(f"SELECT pgmq.send({T}, '{{\"a\": 1}}', '{{\"x-pgmq-dedup-id\": \"d\"}}'::jsonb)"),
     _q(f"SELECT pgmq.send({T}, '{{\"a\": 1}}', '{{\"x-pgmq-ttl\": 5}}'::jsonb, 0)"),
     _q(f"SELECT pgmq.send_batch({T}, ARRAY['{{\"a\": 1}}']::jsonb[])"),
+    _q(f"SELECT pgmq.send({T}, '{{\"a\": 1}}', '{{\"x-pgmq-priority\": 1}}'::jsonb)"),
+    _q(f"SELECT pgmq.enable_priorities({T})"),
     _q(f"SELECT * FROM pgmq.read({T}, 0, 1)"),
     _q(f"SELECT * FROM pgmq.read_with_poll({T}, 0, 1, 0, 10)"),
     _q(f"SELECT * FROM pgmq.pop({T})"),

@@ -268,6 +268,23 @@ def test_priority_rows_reach_the_queue(dsn, info, sql):
               "OR priority <> coalesce((headers->>'x-pgmq-priority')::int, 0) "
               "OR ((message->>'i')::int % 3 = 1) <> coalesce(headers ? 'src', false)")
     assert bad == [(0,)]
+    # the task met priorities: the queue serves them (its index was built after the COPY)
+    assert sql("SELECT priorities FROM pgmq.queue_settings WHERE queue_name = 'b'") == [(True,)]
+    assert sql("SELECT (message->>'i')::int % 7 - 3 FROM pgmq.pop('b')") == [(-3,)]
+
+
+def test_staged_priorities_make_the_queue_serve_them(dsn, info, sql):
+    now = datetime.now(UTC)
+    with connections.connect(dsn, autocommit=True) as c:
+        staging.ensure_tables(c, staging.DEFAULT_STAGING_TABLE, None)
+    with connections.connect(dsn) as c, c.cursor() as cur:
+        staging.stage_task(cur, staging.DEFAULT_STAGING_TABLE, "jobp", "p1",
+                           [_encoded([('{"n": 1}', None), ('{"n": 2}', '{"x-pgmq-priority": -5}')], now)])
+        c.commit()
+    assert staging.commit_staged(dsn, staging.DEFAULT_STAGING_TABLE, "jobp", [("p1", 2)],
+                                 publishing.Target(queue=info)) == (True, 2)
+    assert sql("SELECT priorities FROM pgmq.queue_settings WHERE queue_name = 'b'") == [(True,)]
+    assert sql("SELECT message->>'n' FROM pgmq.pop('b', 2)") == [("2",), ("1",)]
 
 
 def test_commit_refuses_a_partial_or_padded_job(dsn, info, sql):
