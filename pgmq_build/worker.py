@@ -368,17 +368,19 @@ def parse_subscriptions(streams: object) -> list[tuple[str, str]] | None:
 def load_handler(spec: object) -> BatchHandler:
     """"package.module:function" (the function may be a dotted attribute path) -> the callable;
     SettingError("handler") when it cannot be imported or is not callable."""
-    text = validate.text("handler", spec, empty=False) if isinstance(spec, str) else None
-    module_name, sep, attr = (text or "").partition(":")
+    text = spec if isinstance(spec, str) and "\x00" not in spec else ""
+    module_name, sep, attr = text.partition(":")
     if not sep or not module_name or not attr:
         raise SettingError("handler", f"handler must be MODULE:FUNCTION (e.g. myapp.billing:handle), "
                                       f"got {spec!r:.60}")
     try:
         target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # not found, or its code failed at import: say which
+        raise SettingError("handler", f"handler {text!r}: cannot import {module_name!r}: "
+                                      f"{type(exc).__name__}: {exc}") from None
+    try:
         for part in attr.split("."):
             target = getattr(target, part)
-    except ImportError as exc:
-        raise SettingError("handler", f"handler {text!r}: cannot import {module_name!r}: {exc}") from None
     except AttributeError:
         raise SettingError("handler", f"handler {text!r}: {module_name!r} has no {attr!r}") from None
     if not callable(target):
