@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from pgmq_build.ops.exits import Exit
-from tests.helpers import column, run_cli, scalar, wait_for
-from tests.ops.support import samples
+from tests.helpers import column, scalar, wait_for
+from tests.ops.support import samples, spawn
 
 
 @pytest.fixture
@@ -135,23 +134,22 @@ def test_rewind_by_position_and_time(ops, ops_json, conn, stream):
 def test_tail_shows_events_as_they_commit_late_ones_too(dsn, connect, conn, stream):
     slow = connect(autocommit=False)
     slow.execute("SELECT pgmq.stream_send('ev', '{\"n\": 4}')")  # before the tail, committed after
-    pool = ThreadPoolExecutor(max_workers=1)
+    proc = spawn("stream", "tail", "ev", "--json", "--count", "3", "--interval", "0.05", "--dsn", dsn)
     try:
-        future = pool.submit(run_cli, "stream", "tail", "ev", "--json", "--count", "3",
-                             "--interval", "0.05", "--dsn", dsn)
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM pg_stat_activity "
-                                      "WHERE application_name = 'pgmq-build'") == 1,
-                 what="the tail to connect")
-        time.sleep(0.3)  # several looks
+        # its first look (a snapshot, then COMMIT) is done: what commits from now on is new to it
+        wait_for(lambda: proc.poll() is not None or scalar(
+            conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgmq-build' "
+                  "AND (query = 'COMMIT' OR query LIKE '%%pg_visible_in_snapshot%%')") == 1,
+            timeout=30, what="the tail's first look")
         conn.execute("SELECT pgmq.stream_send('ev', '{\"n\": 5}')")
         time.sleep(0.2)
         slow.commit()
         conn.execute("SELECT pgmq.stream_send('ev', '{\"n\": 6}')")
-        result = future.result(timeout=30)
+        out, err = proc.communicate(timeout=30)
     finally:
-        pool.shutdown()
-    assert result.exit_code == 0, result.output
-    shown = [json.loads(line)["message"]["n"] for line in result.stdout.splitlines()]
+        proc.kill()
+    assert proc.returncode == 0, err
+    shown = [json.loads(line)["message"]["n"] for line in out.splitlines()]
     assert shown == [5, 4, 6]  # in commit order; the events from before the tail are not shown
     assert drain(conn) == [1, 2, 3, 4, 5, 6]  # nothing consumed
 
