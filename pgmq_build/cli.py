@@ -90,7 +90,7 @@ class DsnType(click.ParamType):
 DSN = DsnType()
 
 
-@click.group(cls=_Group,  # + metrics, queues, queue, exchange, dlq, top (pgmq_build/ops/)
+@click.group(cls=_Group,  # + metrics, queues, queue, exchange, dlq, stream, top (pgmq_build/ops/)
              context_settings={"auto_envvar_prefix": ENVVAR_PREFIX, "help_option_names": ["-h", "--help"]})
 @click.version_option(MANIFEST.version, prog_name="pgmq-build")
 def main() -> None:
@@ -336,25 +336,44 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
                    "callbacks are slow (a statement lasts about 50 ms). 1: a transaction per "
                    "message. A crash or an error outside a callback rolls back its batch: "
                    "those messages are delivered again.")
+@click.option("--stream", "streams", multiple=True, metavar="STREAM:SUBSCRIPTION",
+              envvar=[f"{ENVVAR_PREFIX}_WORKER_STREAM", f"{ENVVAR_PREFIX}_WORKER_STREAMS"],
+              help="Run --handler on this subscription's batches (repeatable); without --queue, "
+                   "only streams are served.")
+@click.option("--handler", "handler_spec", metavar="MODULE:FUNCTION", default=None,
+              envvar=f"{ENVVAR_PREFIX}_WORKER_HANDLER",
+              help="handler(batch, conn) for --stream: runs with the batch's ack in one "
+                   "transaction on conn (the module must be importable).")
+@click.option("--lease", "stream_lease", type=click.IntRange(min=1, max=2**31 - 1), default=30,
+              envvar=f"{ENVVAR_PREFIX}_WORKER_LEASE",
+              show_default=True, help="Seconds a stream batch is leased: handler and ack must fit.")
+@click.option("--stream-consumers", type=click.IntRange(min=1, max=100), default=1, show_default=True,
+              help="Consumer threads per --stream subscription.")
 @click.option("--once", is_flag=True, help="Dispatch until nothing is eligible, then exit (for cron).")
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True,
               help="Log lines on stderr.")
 @click.option("--metrics-bind", metavar="HOST:PORT", default=None,
               help="Serve Prometheus /metrics here: the queue series and the worker's counters.")
 def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int, start_delay: float,
-           idle_timeout: float, naptime_ms: int, batch: int, tx_batch: int, once: bool,
-           log_format: str, metrics_bind: str | None) -> None:
-    """Deliver messages to their registered callbacks (pgmq.register_callback) until SIGTERM.
-    Bad options exit 2 before connecting; a --queue that does not exist exits 2 before any
-    thread starts; a server that cannot be reached exits 1."""
-    from .worker import SettingError, check_settings, run_cli
+           idle_timeout: float, naptime_ms: int, batch: int, tx_batch: int,
+           streams: tuple[str, ...], handler_spec: str | None, stream_lease: int,
+           stream_consumers: int, once: bool, log_format: str, metrics_bind: str | None) -> None:
+    """Deliver messages to their registered callbacks (pgmq.register_callback), and stream
+    batches to --handler, until SIGTERM. Bad options exit 2 before connecting; a --queue or
+    --stream that does not exist exits 2 before any thread starts; a server that cannot be
+    reached exits 1."""
+    from .worker import SettingError, check_settings, load_handler, run_cli
 
-    options = dict(min_workers=min_workers, max_workers=max_workers, start_delay=start_delay,
-                   idle_timeout=idle_timeout, naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch)
+    options: dict[str, Any] = dict(
+        min_workers=min_workers, max_workers=max_workers, start_delay=start_delay,
+        idle_timeout=idle_timeout, naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch,
+        streams=list(streams) or None, stream_lease=stream_lease, stream_consumers=stream_consumers)
+    flags = {"queues": "--queue", "streams": "--stream", "stream_lease": "--lease"}
     try:
+        options["handler"] = None if handler_spec is None else load_handler(handler_spec)
         check_settings(dsn, queues or None, **options)
     except SettingError as exc:
-        option = "--queue" if exc.setting == "queues" else "--" + exc.setting.replace("_", "-")
+        option = flags.get(exc.setting, "--" + exc.setting.replace("_", "-"))
         raise _bad_option(click.get_current_context(), option, str(exc)) from None
     sys.exit(run_cli(dsn, queues, once=once, log_format=log_format, metrics_bind=metrics_bind,
                      **options))

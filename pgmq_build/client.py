@@ -31,6 +31,19 @@ headers are ``dict`` or ``None``, with integer ``x-pgmq-priority``/``-ttl``/``-m
 
 Calls run in autocommit mode: each one is its own transaction. For a read and a delete in one
 transaction, use psycopg directly on a connection of your own.
+
+Streams (README: Streams): ``create_stream``, ``stream_send(_batch)``, ``subscribe``,
+``stream_read`` / ``stream_ack``, ``stream_rewind``, ``stream_info``, ``stream_tick``, and
+``consume_stream(stream, subscription, handler)``, which runs ``handler(batch, conn)`` and the
+batch's ack in one transaction on ``conn``, so that what the handler writes there is
+exactly-once (pgmq_build.streams)::
+
+    def bill(batch, conn):
+        conn.execute("INSERT INTO invoices SELECT * FROM jsonb_populate_recordset("
+                     "NULL::invoices, %s)", (Jsonb(batch.messages),))
+
+    q.subscribe("orders", "billing", start="earliest")
+    q.consume_stream("orders", "billing", bill, stop=stop)
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from time import monotonic
 from typing import Any, Literal, overload
 
@@ -52,9 +65,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from . import validate
+from . import streams, validate
+from .streams import StreamBatch, StreamRecord, SubscriptionInfo
 
-__all__ = ["Client", "Message", "QueueMetrics"]
+__all__ = ["Client", "Message", "QueueMetrics", "StreamBatch", "StreamRecord", "SubscriptionInfo"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +91,33 @@ def _transient(exc: psycopg.Error) -> bool:
     if state is None:
         return isinstance(exc, psycopg.OperationalError)
     return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
+
+
+class _Retrier:
+    """The consume loops' transient errors: logged and retried after a wait that doubles from
+    _RETRY_FIRST to _RETRY_MAX while they repeat (cut short by ``stop``); anything else, and
+    everything with ``retry=False``, is raised."""
+
+    def __init__(self, loop: str, retry: bool, stop: threading.Event | None) -> None:
+        self.loop, self.retry, self.stop = loop, retry, stop
+        self.backoff = _RETRY_FIRST
+
+    def check(self, exc: psycopg.Error, what: str) -> None:
+        if not self.retry or not _transient(exc):
+            raise exc
+        text = str(exc).strip()
+        log.warning("pgmq %s: %s failed, retrying in %.1f s: %s", self.loop, what, self.backoff,
+                    text.splitlines()[0] if text else type(exc).__name__)
+
+    def wait(self) -> None:
+        if self.stop is None:
+            time.sleep(self.backoff)
+        else:
+            self.stop.wait(self.backoff)
+        self.backoff = min(self.backoff * 2, _RETRY_MAX)
+
+    def reset(self) -> None:
+        self.backoff = _RETRY_FIRST
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +197,55 @@ def _headers(name: str, value: object) -> Jsonb | None:
     return _text_jsonb(validate.headers_text(name, value))
 
 
+def _check_batch_shape(messages: object, headers: object) -> None:
+    """A non-empty sequence of messages, and None or one header entry per message."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a sequence (list) of messages, got {type(messages).__name__}")
+    if not messages:
+        raise ValueError("messages must not be empty")
+    if headers is not None:
+        if isinstance(headers, (str, bytes)) or not isinstance(headers, Sequence):
+            raise TypeError(f"headers must be a sequence with one dict or None per message, "
+                            f"got {type(headers).__name__}")
+        if len(headers) != len(messages):
+            raise ValueError(f"headers has {len(headers)} entries for {len(messages)} messages")
+
+
+def _batch(messages: Sequence[Any],
+           headers: Sequence[Any] | None) -> tuple[list[Jsonb], list[Jsonb | None] | None]:
+    """Every element checked before anything is sent: a bad one sends none."""
+    msgs = [_message(f"messages[{i}]", m) for i, m in enumerate(messages)]
+    hdrs = None if headers is None else [_headers(f"headers[{i}]", h) for i, h in enumerate(headers)]
+    return msgs, hdrs
+
+
+def _interval(name: str, value: object, minimum: timedelta) -> timedelta:
+    """A timedelta or int seconds, at least ``minimum``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = timedelta(seconds=validate.integer(name, value, 0, validate.INT64_MAX // 10**6))
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a datetime.timedelta or int seconds, got "
+                        f"{type(value).__name__} {value!r:.60}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _subscription(value: object) -> str:
+    return validate.text("subscription", value, empty=False)
+
+
+def _position(name: str, value: object) -> int:
+    """A stream position: a tick id (stream_info().position, subscribe's result)."""
+    return validate.integer(name, value, 0, validate.INT64_MAX)
+
+
 def _error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
@@ -221,10 +311,15 @@ class Client:
     # -- plumbing
 
     @contextmanager
-    def _cursor(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         if self._closed:
             raise RuntimeError("Client is closed")
-        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             yield cur
 
     def _rows(self, query: sql.Composable | str, params: Sequence[Any]) -> list[dict[str, Any]]:
@@ -244,8 +339,7 @@ class Client:
     def create(self, queue: str, *, unlogged: bool = False) -> None:
         """Create a queue and its archive (idempotent); ``unlogged`` makes UNLOGGED tables."""
         _queue("queue", queue)
-        if not isinstance(unlogged, bool):
-            raise TypeError(f"unlogged must be a bool, got {type(unlogged).__name__} {unlogged!r:.60}")
+        _bool("unlogged", unlogged)
         if unlogged:
             self._rows("SELECT pgmq.create_unlogged(queue_name => %s::text)", (queue,))
         else:
@@ -274,20 +368,9 @@ class Client:
         """Send many messages in one statement; ``headers``, when given, has one entry (a dict
         or None) per message. Returns the ids in the order of ``messages``."""
         _queue("queue", queue)
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise TypeError(f"messages must be a sequence (list) of messages, got {type(messages).__name__}")
-        if not messages:
-            raise ValueError("messages must not be empty")
-        if headers is not None:
-            if isinstance(headers, (str, bytes)) or not isinstance(headers, Sequence):
-                raise TypeError(f"headers must be a sequence with one dict or None per message, "
-                                f"got {type(headers).__name__}")
-            if len(headers) != len(messages):
-                raise ValueError(f"headers has {len(headers)} entries for {len(messages)} messages")
+        _check_batch_shape(messages, headers)
         delay = _check_time("delay", delay)
-        # every element is checked before anything is sent: a bad one sends none
-        msgs = [_message(f"messages[{i}]", m) for i, m in enumerate(messages)]
-        hdrs = None if headers is None else [_headers(f"headers[{i}]", h) for i, h in enumerate(headers)]
+        msgs, hdrs = _batch(messages, headers)
         query = sql.SQL("SELECT * FROM pgmq.send_batch(queue_name => %s::text, msgs => %s::jsonb[], "
                         "headers => %s::jsonb[], delay => %s::{})").format(_time_cast(delay))
         rows = self._rows(query, (queue, msgs, hdrs, delay))
@@ -435,6 +518,133 @@ class Client:
         rows = self._rows("SELECT * FROM pgmq.metrics(queue_name => %s::text)", (queue,))
         return QueueMetrics.from_row(rows[0])
 
+    # -- streams (README: Streams)
+
+    def create_stream(self, stream: str, *, retention: timedelta | int = timedelta(days=7),
+                      rotation_period: timedelta | int = timedelta(hours=1),
+                      retention_bytes: int | None = None, drop_unacked: bool = False) -> None:
+        """Create a stream (idempotent). ``retention`` and ``rotation_period`` are timedeltas or
+        int seconds; ``retention_bytes`` caps its size; ``drop_unacked`` lets retention drop
+        events a subscription has not acknowledged (it learns how many in ``lost``)."""
+        _queue("stream", stream)
+        retention = _interval("retention", retention, timedelta(0))
+        rotation_period = _interval("rotation_period", rotation_period, timedelta(seconds=1))
+        if retention_bytes is not None:
+            validate.integer("retention_bytes", retention_bytes, 1, validate.INT64_MAX)
+        _bool("drop_unacked", drop_unacked)
+        self._rows("SELECT pgmq.create_stream(stream_name => %s::text, retention => %s::interval, "
+                   "rotation_period => %s::interval, retention_bytes => %s::bigint, "
+                   "drop_unacked => %s::boolean)",
+                   (stream, retention, rotation_period, retention_bytes, drop_unacked))
+
+    def drop_stream(self, stream: str) -> bool:
+        """Drop a stream with its events and subscriptions; False when there was none."""
+        _queue("stream", stream)
+        return bool(self._value("SELECT pgmq.drop_stream(stream_name => %s::text)", (stream,)))
+
+    def list_streams(self) -> list[StreamRecord]:
+        """Every stream with its settings, segments and size."""
+        return [StreamRecord.from_row(r) for r in self._rows("SELECT * FROM pgmq.list_streams()", ())]
+
+    def stream_send(self, stream: str, message: Any, *,
+                    headers: dict[str, Any] | None = None) -> int:
+        """Append one event; returns its ev_id. Every subscription gets it once it commits."""
+        _queue("stream", stream)
+        msg, hdrs = _message("message", message), _headers("headers", headers)
+        return int(self._value("SELECT pgmq.stream_send(stream_name => %s::text, msg => %s::jsonb, "
+                               "headers => %s::jsonb)", (stream, msg, hdrs)))
+
+    def stream_send_batch(self, stream: str, messages: Sequence[Any], *,
+                          headers: Sequence[dict[str, Any] | None] | None = None) -> list[int]:
+        """Append many events in one statement; ``headers``, when given, has one entry (a dict
+        or None) per message. Returns the ev_ids in the order of ``messages``."""
+        _queue("stream", stream)
+        _check_batch_shape(messages, headers)
+        msgs, hdrs = _batch(messages, headers)
+        rows = self._rows("SELECT * FROM pgmq.stream_send_batch(stream_name => %s::text, "
+                          "msgs => %s::jsonb[], headers => %s::jsonb[])", (stream, msgs, hdrs))
+        return [int(next(iter(r.values()))) for r in rows]
+
+    def subscribe(self, stream: str, subscription: str, *,
+                  start: Literal["latest", "earliest"] | int = "latest") -> int:
+        """Subscribe (idempotent: an existing subscription keeps its position) from ``"latest"``
+        (events committed from now on), ``"earliest"`` (every event still kept) or a position
+        (an int tick id from :meth:`stream_info`). Returns the subscription's position."""
+        _queue("stream", stream)
+        _subscription(subscription)
+        if isinstance(start, int) and not isinstance(start, bool):
+            start_text = str(_position("start", start))
+        elif start in ("latest", "earliest"):
+            start_text = str(start)
+        else:
+            raise ValueError(f"start must be 'latest', 'earliest' or a position (int), got {start!r:.60}")
+        return int(self._value("SELECT pgmq.subscribe(stream_name => %s::text, "
+                               "subscription_name => %s::text, start => %s::text)",
+                               (stream, subscription, start_text)))
+
+    def unsubscribe(self, stream: str, subscription: str) -> bool:
+        """Remove a subscription with its open batches; False when there was none."""
+        _queue("stream", stream)
+        _subscription(subscription)
+        return bool(self._value("SELECT pgmq.unsubscribe(stream_name => %s::text, "
+                                "subscription_name => %s::text)", (stream, subscription)))
+
+    def stream_read(self, stream: str, subscription: str, *,
+                    lease_seconds: int = 30) -> StreamBatch | None:
+        """Lease the subscription's next batch for ``lease_seconds`` (None when nothing is new).
+        Acknowledge it with :meth:`stream_ack` within the lease, or it goes to the next reader
+        under a new batch_id. This call and the ack are each their own transaction (at-least-
+        once); to make a batch's database work exactly-once, use :meth:`consume_stream`."""
+        _queue("stream", stream)
+        _subscription(subscription)
+        _check_int("lease_seconds", lease_seconds, 1)
+        with self._connection() as conn:
+            return streams.read_batch(conn, stream, subscription, lease_seconds)
+
+    def stream_ack(self, stream: str, subscription: str, batch_id: int) -> None:
+        """Acknowledge a batch: the subscription's position moves past it once no earlier
+        batch is out. Raises psycopg.Error 55000 when the batch is not out (acknowledged, or
+        its lease ran out and it went to another consumer)."""
+        _queue("stream", stream)
+        _subscription(subscription)
+        validate.integer("batch_id", batch_id, -validate.INT64_MAX - 1, validate.INT64_MAX)
+        self._rows("SELECT pgmq.stream_ack(stream_name => %s::text, subscription_name => %s::text, "
+                   "batch_id => %s::bigint)", (stream, subscription, batch_id))
+
+    def stream_rewind(self, stream: str, subscription: str, to: int | datetime) -> int:
+        """Move a subscription to a position (an int tick id) or to the last position at or
+        before a timezone-aware datetime; its open batches are dropped and what follows is
+        delivered again. Returns the new position."""
+        _queue("stream", stream)
+        _subscription(subscription)
+        if isinstance(to, datetime):
+            to = _check_time("to", to)
+            cast = "timestamptz"
+        else:
+            if not isinstance(to, int) or isinstance(to, bool):
+                raise TypeError(f"to must be a position (int) or a timezone-aware datetime, got "
+                                f"{type(to).__name__} {to!r:.60}")
+            to = _position("to", to)
+            cast = "bigint"
+        query = sql.SQL("SELECT pgmq.stream_rewind(stream_name => %s::text, "
+                        "subscription_name => %s::text, {} => %s::{})").format(
+            sql.Identifier("to_time" if cast == "timestamptz" else "to_position"), sql.SQL(cast))
+        return int(self._value(query, (stream, subscription, to)))
+
+    def stream_info(self, stream: str | None = None) -> list[SubscriptionInfo]:
+        """Every subscription (of ``stream``, or of every stream the caller may read)."""
+        if stream is not None:
+            _queue("stream", stream)
+        return [SubscriptionInfo.from_row(r) for r in self._rows(
+            "SELECT * FROM pgmq.stream_info(stream_name => %s::text)", (stream,))]
+
+    def stream_tick(self, stream: str | None = None) -> int:
+        """Tick ``stream`` (or every stream) when events came since its last tick, rotate its
+        segments and apply its retention; returns how many ticks were made."""
+        if stream is not None:
+            _queue("stream", stream)
+        return int(self._value("SELECT pgmq.stream_tick(stream_name => %s::text)", (stream,)))
+
     # -- consuming
 
     def _ensure_notify_insert(self, queue: str) -> None:
@@ -523,23 +733,16 @@ class Client:
         self._ensure_notify_insert(queue)
         handled = 0
         listener: psycopg.Connection[Any] | None = None
-        backoff = _RETRY_FIRST
+        retrier = _Retrier(f"consume on {queue}", retry, stop)
 
         def recover(exc: psycopg.Error, what: str) -> None:
             """Retry a transient error after the backoff, or raise it."""
-            nonlocal listener, backoff
-            if not retry or not _transient(exc):
-                raise exc
-            log.warning("pgmq consume on %s: %s failed, retrying in %.1f s: %s", queue, what,
-                        backoff, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+            nonlocal listener
+            retrier.check(exc, what)
             if listener is not None and (listener.broken or listener.closed):
                 listener.close()
                 listener = None
-            if stop is None:
-                time.sleep(backoff)
-            else:
-                stop.wait(backoff)
-            backoff = min(backoff * 2, _RETRY_MAX)
+            retrier.wait()
 
         try:
             while stop is None or not stop.is_set():
@@ -549,12 +752,12 @@ class Client:
                     messages = self.read(queue, vt=vt, qty=batch)
                     if not messages:
                         self._wait(listener, poll_interval, stop)
-                        backoff = _RETRY_FIRST
+                        retrier.reset()
                         continue
                 except psycopg.Error as exc:
                     recover(exc, "read")
                     continue
-                backoff = _RETRY_FIRST
+                retrier.reset()
                 for msg in messages:
                     handled += 1
                     try:
@@ -585,4 +788,73 @@ class Client:
         finally:
             if listener is not None:
                 listener.close()
+        return handled
+
+    def consume_stream(self, stream: str, subscription: str,
+                       handler: Callable[[StreamBatch, psycopg.Connection[Any]], object], *,
+                       lease_seconds: int = 30, poll_interval: float = 1.0,
+                       stop: threading.Event | None = None,
+                       on_error: Literal["leave", "raise"] = "leave", retry: bool = True) -> int:
+        """Process a subscription's batches until ``stop`` is set; returns how many events were
+        passed to ``handler`` (in batches, successfully or not).
+
+        Each batch is leased by ``pgmq.stream_read`` (its own statement, so that other consumers
+        of the subscription cut the next batches meanwhile), then ``handler(batch, conn)`` runs
+        and the batch is acknowledged in **one transaction on ``conn``** (a pool connection):
+        what the handler writes through ``conn`` commits with the ack, exactly once. When the
+        handler raises an ``Exception`` that transaction rolls back and the batch comes back
+        after its lease, under a new batch_id (``on_error="raise"``: the exception then
+        propagates). A handler slower than ``lease_seconds`` loses its batch: the ack fails, its
+        work rolls back and the consumer that took the batch over does it again. Work done
+        outside ``conn`` is at-least-once. See pgmq_build.streams.
+
+        Streams do not notify: while nothing is new the loop reads again every
+        ``poll_interval`` seconds, and at once after a batch. ``stop`` is checked before every
+        read and while waiting; a batch that was read is always finished first. Transient
+        errors are logged and retried as in :meth:`consume`; others (an unknown stream or
+        subscription, a missing privilege) propagate, as every error does with ``retry=False``.
+        """
+        _queue("stream", stream)
+        _subscription(subscription)
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        _check_int("lease_seconds", lease_seconds, 1)
+        validate.seconds("poll_interval", poll_interval, 0, inclusive=False)
+        if stop is not None and not callable(getattr(stop, "is_set", None)):
+            raise TypeError(f"stop must be a threading.Event or None, got {type(stop).__name__}")
+        if on_error not in ("leave", "raise"):
+            raise ValueError(f"on_error must be 'leave' or 'raise', got {on_error!r}")
+
+        retrier = _Retrier(f"consume_stream on {stream}/{subscription}", retry, stop)
+        handled = 0
+        while stop is None or not stop.is_set():
+            batch: StreamBatch | None = None
+            try:
+                with self._connection() as conn:
+                    batch = streams.read_batch(conn, stream, subscription, lease_seconds)
+                    if batch is not None:
+                        handled += len(batch)
+                        outcome, exc = streams.handle_batch(conn, batch, handler)
+            except psycopg.Error as err:
+                retrier.check(err, "read" if batch is None else f"batch {batch.batch_id}")
+                retrier.wait()
+                continue
+            retrier.reset()
+            if batch is None:
+                if stop is None:
+                    time.sleep(poll_interval)
+                else:
+                    stop.wait(poll_interval)
+                continue
+            if outcome == streams.FAILED:
+                if on_error == "raise":
+                    assert exc is not None
+                    raise exc
+                log.warning("pgmq stream handler failed on %s/%s batch %s (%d events); it comes "
+                            "back after its %d s lease", stream, subscription, batch.batch_id,
+                            len(batch), lease_seconds, exc_info=exc)
+            elif outcome == streams.EXPIRED:
+                log.warning("pgmq stream %s/%s batch %s: its lease ran out before the ack; the "
+                            "work was rolled back and another consumer has it", stream,
+                            subscription, batch.batch_id)
         return handled

@@ -43,6 +43,13 @@ Design:
   continuously for ``start_delay`` seconds, it adds one, up to ``max_workers``. A dispatcher
   that has found no message for ``idle_timeout`` seconds retires while more than
   ``min_workers`` remain.
+* Stream subscriptions (``streams``, with a Python ``handler``): ``stream_consumers`` threads
+  per subscription, each with its own connection, lease a batch with ``pgmq.stream_read`` and
+  run ``handler(batch, conn)`` and ``pgmq.stream_ack`` in one transaction
+  (``pgmq_build.streams.handle_batch``): the handler's writes on ``conn`` commit exactly once
+  with the ack; a handler that raises rolls back and its batch comes back after the lease.
+  Streams do not notify: an idle consumer reads again every ``naptime_ms``. Given streams and
+  no queues, the worker serves the streams only.
 * Logs go to the ``pgmq_build.worker`` logger: the record's message is the event name and
   ``record.fields`` holds the rest (queue, worker, counts). ``JsonFormatter`` renders one JSON
   object per line.
@@ -50,6 +57,7 @@ Design:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -67,10 +75,12 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from . import streams as stream_batches
 from . import validate
+from .streams import BatchHandler
 
 __all__ = ["JsonFormatter", "SettingError", "TextFormatter", "Totals", "Worker", "check_settings",
-           "run_cli"]
+           "load_handler", "run_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +93,8 @@ IDLE_TIMEOUT = 60.0
 NAPTIME_MS = 150
 BATCH = 100
 REFRESH_INTERVAL = 10.0
+STREAM_LEASE = 30  # seconds a stream batch is leased to its consumer (handler + ack must fit)
+STREAM_CONSUMERS = 1  # consumer threads per subscription
 # Messages dispatched in one statement (one transaction) at most. Past ~10 the commit work saved
 # per message is small, and on a shared queue each claim skips the rows that the other
 # dispatchers' open batches hold (measured on 2 cores, 3 dispatchers, no-op callback: 10 to 50
@@ -124,8 +136,12 @@ _NONE, _POLL, _WORK = 0, 1, 2
 class Totals:
     done: int = 0  # callbacks that succeeded (message deleted)
     failed: int = 0  # callbacks that raised (attempt recorded: retried later or dead-lettered)
-    errors: int = 0  # dispatch statements that failed (SQL errors, broken connections)
+    errors: int = 0  # dispatch statements (or stream reads/acks) that failed: SQL errors, broken connections
     reconnects: int = 0
+    batches: int = 0  # stream batches whose handler and ack committed
+    events: int = 0  # the events of those batches
+    batches_failed: int = 0  # stream batches whose handler raised (rolled back; back after the lease)
+    batches_expired: int = 0  # stream batches whose lease ran out before the ack (rolled back)
 
 
 class _Scheduler:
@@ -320,14 +336,71 @@ class SettingError(ValueError):
         self.setting = setting
 
 
+def parse_subscriptions(streams: object) -> list[tuple[str, str]] | None:
+    """Stream subscriptions as "STREAM:SUBSCRIPTION" (split at the first colon) or (stream,
+    subscription) pairs -> pairs, deduplicated; None for none. SettingError("streams")."""
+    if streams is None:
+        return None
+    if isinstance(streams, (str, bytes)) or not isinstance(streams, Iterable):
+        raise SettingError("streams", f"streams must be a list of STREAM:SUBSCRIPTION (or "
+                                      f"(stream, subscription) pairs), got {type(streams).__name__} "
+                                      f"{streams!r:.60}")
+    pairs: list[tuple[str, str]] = []
+    for i, item in enumerate(streams):
+        if isinstance(item, str):
+            stream, sep, subscription = item.partition(":")
+            if not sep:
+                raise SettingError("streams", f"streams[{i}] must be STREAM:SUBSCRIPTION, got {item!r:.60}")
+        elif isinstance(item, tuple) and len(item) == 2:
+            stream, subscription = item
+        else:
+            raise SettingError("streams", f"streams[{i}] must be STREAM:SUBSCRIPTION or a (stream, "
+                                          f"subscription) pair, got {type(item).__name__} {item!r:.60}")
+        try:
+            validate.queue_name(f"streams[{i}] (stream)", stream)
+            validate.text(f"streams[{i}] (subscription)", subscription, empty=False)
+        except (TypeError, ValueError) as exc:
+            raise SettingError("streams", str(exc)) from None
+        pairs.append((stream, subscription))
+    return list(dict.fromkeys(pairs)) or None
+
+
+def load_handler(spec: object) -> BatchHandler:
+    """"package.module:function" (the function may be a dotted attribute path) -> the callable;
+    SettingError("handler") when it cannot be imported or is not callable."""
+    text = spec if isinstance(spec, str) and "\x00" not in spec else ""
+    module_name, sep, attr = text.partition(":")
+    if not sep or not module_name or not attr:
+        raise SettingError("handler", f"handler must be MODULE:FUNCTION (e.g. myapp.billing:handle), "
+                                      f"got {spec!r:.60}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # not found, or its code failed at import: say which
+        raise SettingError("handler", f"handler {text!r}: cannot import {module_name!r}: "
+                                      f"{type(exc).__name__}: {exc}") from None
+    try:
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        raise SettingError("handler", f"handler {text!r}: {module_name!r} has no {attr!r}") from None
+    if not callable(target):
+        raise SettingError("handler", f"handler {text!r} is not callable ({type(target).__name__})")
+    return target
+
+
 def check_settings(dsn: object, queues: object = None, *, min_workers: object = MIN_WORKERS,
                    max_workers: object = MAX_WORKERS, start_delay: object = START_DELAY,
                    idle_timeout: object = IDLE_TIMEOUT, naptime_ms: object = NAPTIME_MS,
                    batch: object = BATCH, tx_batch: object = TX_BATCH,
-                   refresh_interval: object = REFRESH_INTERVAL, max_backoff: object = 5.0) -> list[str] | None:
+                   refresh_interval: object = REFRESH_INTERVAL, max_backoff: object = 5.0,
+                   streams: object = None, handler: object = None,
+                   stream_lease: object = STREAM_LEASE,
+                   stream_consumers: object = STREAM_CONSUMERS) -> list[str] | None:
     """Raise SettingError for the first setting that cannot work (what `Worker(...)` and
     `pgmq-build worker` accept), without connecting; return the queues, deduplicated."""
     checks: list[tuple[str, Callable[[], object]]] = [
+        ("stream_lease", lambda: validate.integer("stream_lease", stream_lease, 1)),
+        ("stream_consumers", lambda: validate.integer("stream_consumers", stream_consumers, 1, 100)),
         ("min_workers", lambda: validate.integer("min_workers", min_workers, 1)),
         ("max_workers", lambda: validate.integer("max_workers", max_workers, 1)),
         ("start_delay", lambda: validate.seconds("start_delay", start_delay)),
@@ -354,6 +427,13 @@ def check_settings(dsn: object, queues: object = None, *, min_workers: object = 
     except psycopg.ProgrammingError as exc:
         raise SettingError("dsn", f"dsn is not a libpq connection string or URI: "
                                   f"{str(exc).strip()}") from None
+    if parse_subscriptions(streams) is not None:
+        if not callable(handler):
+            raise SettingError("handler", "streams need a handler: a callable handler(batch, conn) "
+                                          f"(--handler MODULE:FUNCTION), got {handler!r:.60}")
+    elif handler is not None:
+        raise SettingError("handler", "a handler runs stream batches: give the streams "
+                                      "(--stream STREAM:SUBSCRIPTION) it serves")
     if queues is None:
         return None
     if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
@@ -376,12 +456,22 @@ class Worker:
                  start_delay: float = START_DELAY, idle_timeout: float = IDLE_TIMEOUT,
                  naptime_ms: int = NAPTIME_MS, batch: int = BATCH, tx_batch: int = TX_BATCH,
                  refresh_interval: float = REFRESH_INTERVAL, max_backoff: float = 5.0,
+                 streams: Iterable[str | tuple[str, str]] | None = None,
+                 handler: BatchHandler | None = None, stream_lease: int = STREAM_LEASE,
+                 stream_consumers: int = STREAM_CONSUMERS,
                  logger: logging.Logger | None = None) -> None:
         # bad settings raise SettingError here: nothing connects, no thread starts
         self.fixed_queues = check_settings(
             dsn, queues, min_workers=min_workers, max_workers=max_workers, start_delay=start_delay,
             idle_timeout=idle_timeout, naptime_ms=naptime_ms, batch=batch, tx_batch=tx_batch,
-            refresh_interval=refresh_interval, max_backoff=max_backoff)
+            refresh_interval=refresh_interval, max_backoff=max_backoff, streams=streams,
+            handler=handler, stream_lease=stream_lease, stream_consumers=stream_consumers)
+        self.streams = parse_subscriptions(streams) or []
+        self.handler = handler
+        self.stream_lease = stream_lease
+        self.stream_consumers = stream_consumers
+        # given streams and no queues, serve the streams only (not every queue's callback)
+        self.serve_queues = not self.streams or self.fixed_queues is not None
         self.dsn = dsn
         self.min_workers = min_workers
         self.max_workers = max_workers
@@ -398,6 +488,9 @@ class Worker:
         self._lock = threading.Lock()  # pool and totals
         self._totals = Totals()
         self._queue_totals: dict[str, list[int]] = {}  # queue -> [done, failed] (metrics)
+        # (stream, subscription) -> [batches, events, failed, expired] (metrics)
+        self._stream_totals: dict[tuple[str, str], list[int]] = {}
+        self._consumers = 0  # stream consumer threads running
         self._pool: list[_Dispatcher] = []
         self._isolate_until: dict[str, float] = {}  # queue -> one message per statement until
         self._error_streak: dict[str, int] = {}  # queue -> dispatch errors in a row
@@ -422,11 +515,23 @@ class Worker:
         with self._lock:
             return {q: (d, f) for q, (d, f) in self._queue_totals.items()}
 
+    def stream_totals(self) -> dict[tuple[str, str], tuple[int, int, int, int]]:
+        """(stream, subscription) -> (batches, events, batches failed, batches expired) so far,
+        as counted in totals."""
+        with self._lock:
+            return {k: (b, e, f, x) for k, (b, e, f, x) in self._stream_totals.items()}
+
     @property
     def workers(self) -> int:
         """How many dispatcher threads are running now."""
         with self._lock:
             return len(self._pool)
+
+    @property
+    def consumers(self) -> int:
+        """How many stream consumer threads are running now."""
+        with self._lock:
+            return self._consumers
 
     @property
     def queues(self) -> list[str]:
@@ -437,10 +542,12 @@ class Worker:
         """Start the listener, the supervisor and min_workers dispatchers; return at once.
         Raises psycopg.Error when the database cannot be reached at all."""
         self._begin("daemon", once=False)
-        self._spawn_thread(self._run_listener, "pgmq-worker-listener")
-        self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
-        for _ in range(self.min_workers):
-            self._add_dispatcher()
+        if self.serve_queues:
+            self._spawn_thread(self._run_listener, "pgmq-worker-listener")
+            self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
+            for _ in range(self.min_workers):
+                self._add_dispatcher()
+        self._start_consumers()
         return self
 
     def request_stop(self) -> None:
@@ -465,11 +572,13 @@ class Worker:
         """Dispatch with min_workers threads (more under load, as in start()) until no queue has
         an eligible message, then return the totals. No listener: nothing new is awaited."""
         self._begin("once", once=True)
-        self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
-        for _ in range(self.min_workers):
-            self._add_dispatcher()
+        if self.serve_queues:
+            self._spawn_thread(self._run_supervisor, "pgmq-worker-supervisor")
+            for _ in range(self.min_workers):
+                self._add_dispatcher()
+        self._start_consumers()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.workers and not self._stop.is_set():
+        while (self.workers or self.consumers) and not self._stop.is_set():
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(0.02)
@@ -492,9 +601,12 @@ class Worker:
         self._mode = mode
         self._sched = _Scheduler(self.naptime, once=once)
         self._started_at = time.monotonic()
-        queues = self._load_queues(first=True)  # raises when the server is unreachable
+        # both raise when the server is unreachable, SettingError for what does not exist
+        queues = self._load_queues(first=True) if self.serve_queues else []
+        self._check_streams()
         self._sched.set_queues(queues)
         self._emit(logging.INFO, "started", mode=mode, queues=queues,
+                   streams=[f"{s}:{u}" for s, u in self.streams] or None,
                    min_workers=self.min_workers, max_workers=self.max_workers,
                    start_delay=self.start_delay, idle_timeout=self.idle_timeout,
                    naptime_ms=round(self.naptime * 1000), batch=self.batch,
@@ -552,9 +664,11 @@ class Worker:
                 return
             self._summary_logged = True
             t = Totals(**asdict(self._totals))
+        stream_fields = dict(batches=t.batches, events=t.events, batches_failed=t.batches_failed,
+                             batches_expired=t.batches_expired) if self.streams else {}
         self._emit(logging.INFO, "summary", mode=self._mode, done=t.done, failed=t.failed,
                    errors=t.errors, reconnects=t.reconnects, peak_workers=self.peak_workers,
-                   seconds=round(time.monotonic() - self._started_at, 3))
+                   **stream_fields, seconds=round(time.monotonic() - self._started_at, 3))
 
     def _load_queues(self, first: bool = False) -> list[str]:
         """The queues to serve: the given ones, else every queue with a callback. At the first
@@ -574,6 +688,19 @@ class Worker:
             if q not in registered:
                 self._emit(logging.WARNING, "no_callback", queue=q)
         return list(self.fixed_queues)
+
+    def _check_streams(self) -> None:
+        """Before any thread starts: every subscription to serve exists (SettingError)."""
+        if not self.streams:
+            return
+        with self._connect() as conn:
+            known = set(conn.execute("SELECT stream_name, subscription_name FROM pgmq.stream_info()")
+                        .fetchall())
+        missing = [f"{s}:{u}" for s, u in self.streams if (s, u) not in known]
+        if missing:
+            raise SettingError("streams", f"no such subscription: {', '.join(map(repr, missing))} "
+                                          "(pgmq.subscribe(stream, subscription) first; names are "
+                                          "case-sensitive)")
 
     # -- supervisor: queue list and pool growth -------------------------------------------
 
@@ -766,6 +893,96 @@ class Worker:
         n_done, n_failed, empty = conn.execute(_DISPATCH_MANY, {"q": queue, "k": k}).fetchone()
         return n_done, n_failed, empty
 
+    # -- stream consumers -----------------------------------------------------------------
+
+    def _start_consumers(self) -> None:
+        for stream, subscription in self.streams:
+            for i in range(self.stream_consumers):
+                with self._lock:
+                    self._consumers += 1
+                self._spawn_thread(self._run_consumer, f"pgmq-worker-{stream}:{subscription}#{i + 1}",
+                                   stream, subscription, f"{stream}:{subscription}#{i + 1}")
+
+    def _run_consumer(self, stream: str, subscription: str, name: str) -> None:
+        """Lease a batch, run the handler and the ack in one transaction; poll every naptime
+        while nothing is new; in once mode stop at the first read that finds nothing (or
+        error). Stops between batches: the batch in flight is always finished."""
+        once = self._mode == "once"
+        conn: psycopg.Connection[Any] | None = None
+        streak = 0  # errors in a row: the rest after one doubles from 50 ms to 5 s
+        try:
+            while not self._stop.is_set():
+                if conn is None:
+                    conn = self._reconnect(name)
+                    if conn is None:
+                        break
+                began = time.monotonic()
+                batch = None
+                try:
+                    batch = stream_batches.read_batch(conn, stream, subscription, self.stream_lease)
+                    if batch is None:
+                        if once:
+                            break
+                        self._stop.wait(self.naptime)
+                        continue
+                    outcome, failure = stream_batches.handle_batch(conn, batch, self.handler)  # type: ignore[arg-type]
+                except psycopg.Error as exc:
+                    with self._lock:
+                        self._totals.errors += 1
+                    streak += 1
+                    where = dict(worker=name, stream=stream, subscription=subscription,
+                                 batch_id=None if batch is None else batch.batch_id,
+                                 error=_first_line(exc))
+                    if conn.broken or conn.closed:
+                        self._emit(logging.WARNING, "disconnected", **where)
+                        _close(conn)
+                        conn = None
+                    else:
+                        self._emit(logging.ERROR, "stream_error", sqlstate=exc.sqlstate, **where)
+                    if once:
+                        break
+                    self._stop.wait(_error_cooldown(streak, min(self.refresh_interval, 5.0)))
+                    continue
+                except Exception:  # a bug of ours: log it, start afresh, keep serving
+                    self.logger.exception("internal_error", extra={"fields": {"worker": name}})
+                    _close(conn)
+                    conn = None
+                    self._stop.wait(1.0)
+                    continue
+                streak = 0
+                self._count_batch(stream, subscription, batch, outcome)
+                fields = dict(worker=name, stream=stream, subscription=subscription,
+                              batch_id=batch.batch_id, events=len(batch),
+                              ms=round((time.monotonic() - began) * 1000))
+                if outcome == stream_batches.DONE:
+                    self._emit(logging.INFO, "stream_batch", **fields)
+                else:
+                    # failed: back after the lease; expired: another consumer has it
+                    self.logger.log(logging.WARNING, f"stream_batch_{outcome}",
+                                    extra={"fields": {**fields, "lease_seconds": self.stream_lease,
+                                                      "error": _first_line(failure) if failure else None}},
+                                    exc_info=failure if outcome == stream_batches.FAILED else None)
+        finally:
+            _close(conn)
+            with self._lock:
+                self._consumers -= 1
+
+    def _count_batch(self, stream: str, subscription: str, batch: stream_batches.StreamBatch,
+                     outcome: str) -> None:
+        with self._lock:
+            per = self._stream_totals.setdefault((stream, subscription), [0, 0, 0, 0])
+            if outcome == stream_batches.DONE:
+                self._totals.batches += 1
+                self._totals.events += len(batch)
+                per[0] += 1
+                per[1] += len(batch)
+            elif outcome == stream_batches.FAILED:
+                self._totals.batches_failed += 1
+                per[2] += 1
+            else:
+                self._totals.batches_expired += 1
+                per[3] += 1
+
     # -- listener -------------------------------------------------------------------------
 
     def _run_listener(self) -> None:
@@ -876,9 +1093,9 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     until idle), return the exit code. A second signal exits at once (status 1): the server
     rolls the in-flight messages back, and the next dispatch counts the attempt. metrics_bind
     (HOST:PORT) serves /metrics: the queue series and the worker's counters."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    log.handlers[:] = [handler]
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    log.handlers[:] = [log_handler]
     log.setLevel(logging.INFO)
     log.propagate = False
 
@@ -921,7 +1138,7 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
             pass
         worker.stop()
         return 0
-    except SettingError as exc:  # a --queue that does not exist (found before any thread started)
+    except SettingError as exc:  # a --queue or --stream that does not exist (before any thread starts)
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
     except psycopg.Error as exc:

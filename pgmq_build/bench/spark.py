@@ -38,7 +38,8 @@ RAW_TABLE = "bench_spark_raw"  # the raw COPY baseline's table, LIKE the queue t
 WARMUP_ROWS = 2_000
 # --only names of the paths, in the order they run
 PATHS = ("raw_copy", "publish", "publish_send", "publish_exactly_once", "snapshot", "stream",
-         "claim")
+         "claim", "stream_publish", "stream_publish_send", "stream_range", "stream_subscription")
+STREAM = "bench_spark_stream"  # the stream_* paths' pgmq stream
 
 
 @dataclass(frozen=True)
@@ -220,12 +221,93 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
                     raise RuntimeError(f"{name}: {got} rows left in the queue, expected {left}")
 
             timed(name, desc, rows, lambda: fill(rows), lambda fn=fn: fn(rows), check_left)
+        if wanted & {p for p in PATHS if p.startswith("stream_")}:
+            _stream_paths(spark, conn, dsn, big, small, rows, wanted, partitions, timed)
     finally:
+        if conn.execute("SELECT 1 FROM pgmq.streams WHERE stream_name = %s", (STREAM,)).fetchone():
+            conn.execute("SELECT pgmq.drop_stream(%s)", (STREAM,))
         conn.execute("SELECT pgmq.drop_queue(%s)", (QUEUE,))
         conn.close()
         if own:
             spark.stop()
     return results
+
+
+def _stream_paths(spark, conn: psycopg.Connection, dsn: str, big, small, rows: int,
+                  wanted: set[str], partitions: int, timed: Callable[..., None]) -> None:
+    """The stream_* paths: publishing into a pgmq stream (COPY into its current segment, or
+    pgmq.stream_send_batch), a batch read of every event, and a subscription consumed by
+    readStream (availableNow, the subscription moved on commit)."""
+
+    def recreate() -> None:
+        if conn.execute("SELECT 1 FROM pgmq.streams WHERE stream_name = %s", (STREAM,)).fetchone():
+            conn.execute("SELECT pgmq.drop_stream(%s)", (STREAM,))
+        conn.execute("SELECT pgmq.create_stream(%s)", (STREAM,))
+
+    def events() -> int:
+        return conn.execute(f"SELECT count(*) FROM pgmq.s_{STREAM}").fetchone()[0]
+
+    def publish(df, **opts: str) -> None:
+        (df.write.format("pgmq").option("dsn", dsn).option("stream", STREAM).options(**opts)
+         .mode("append").save())
+
+    for key, name, opts, desc in (
+            ("stream_publish", "spark stream publish (COPY)", {}, "df.write.format('pgmq')"
+             ".option('stream', ...): Arrow -> binary COPY into the current segment"),
+            ("stream_publish_send", "spark stream publish (send_batch)", {"writeMode": "send"},
+             "writeMode=send: every row through pgmq.stream_send_batch")):
+        if key not in wanted:
+            continue
+        recreate()
+        publish(small, **opts)  # warm-up
+
+        def check(name: str = name) -> None:
+            if events() != rows:
+                raise RuntimeError(f"{name}: {events()} events in the stream, expected {rows}")
+
+        timed(name, desc, rows, recreate, lambda opts=opts: publish(big, **opts), check)
+
+    def fill(n: int) -> None:
+        recreate()
+        conn.execute("SELECT count(*) FROM pgmq.stream_send_batch(%s, ARRAY(SELECT jsonb_build_object("
+                     "'order_id', g, 'customer', 'c-42', 'items', jsonb_build_array(1, 2, 3), 'note', "
+                     "repeat('x', 48)) FROM generate_series(1, %s) g))", (STREAM, n))
+        conn.execute("SELECT pgmq.stream_tick(%s)", (STREAM,))
+        conn.execute("SELECT pgmq.subscribe(%s, 'bench', 'earliest')", (STREAM,))
+        conn.execute(f"VACUUM ANALYZE pgmq.s_{STREAM}")
+
+    def read_range(_n: int) -> None:
+        (spark.read.format("pgmq").option("dsn", dsn).option("stream", STREAM)
+         .option("numPartitions", partitions).load().write.format("noop").mode("overwrite").save())
+
+    def consume_subscription(_n: int) -> None:
+        with tempfile.TemporaryDirectory(prefix="pgmq-bench-ck-") as ck:
+            q = (spark.readStream.format("pgmq").option("dsn", dsn).option("stream", STREAM)
+                 .option("subscription", "bench").option("numPartitions", partitions).load()
+                 .writeStream.format("noop").option("checkpointLocation", ck)
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+            if q.exception():
+                raise q.exception()
+
+    def lag() -> int:
+        return conn.execute("SELECT lag_events FROM pgmq.stream_info(%s)", (STREAM,)).fetchone()[0]
+
+    for key, name, fn, desc, left in (
+            ("stream_range", "spark stream range read", read_range, "spark.read.format('pgmq')"
+             ".option('stream', ...): every event, 2 partitions -> noop sink", rows),
+            ("stream_subscription", "spark subscription consume", consume_subscription,
+             "readStream of a subscription, availableNow -> noop sink, position moved", 0)):
+        if key not in wanted:
+            continue
+        fill(WARMUP_ROWS)
+        fn(WARMUP_ROWS)
+
+        def check_lag(name: str = name, left: int = left) -> None:
+            if lag() != left:
+                raise RuntimeError(f"{name}: subscription lag {lag()}, expected {left}")
+
+        timed(name, desc, rows, lambda: fill(rows), lambda fn=fn: fn(rows), check_lag)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Operating queues from outside the database: the Prometheus exporter (metrics), the admin
-commands (`pgmq-build queues`, `queue ...`, `exchange ...`, `dlq ...`) and `pgmq-build top`.
+commands (`pgmq-build queues`, `queue ...`, `exchange ...`, `dlq ...`, `stream ...`) and
+`pgmq-build top`.
 
 Every command reads through ``pgmq.queue_metrics()`` and the extension's other routines; none
 of them touches queue tables directly.
@@ -18,6 +19,7 @@ COMMANDS = {
     "queue": ("queues", "queue_group"),
     "exchange": ("exchanges", "exchange_group"),
     "dlq": ("dlq", "dlq_group"),
+    "stream": ("streams", "stream_group"),
     "top": ("top", "top_command"),
 }
 

@@ -88,3 +88,30 @@ def require_dlq(conn: Conn, name: str) -> list[str]:
     if not sources:
         raise not_found(f'dead-letter queue "{name}" (no queue dead-letters into it)')
     return sources
+
+
+def stream_info(conn: Conn, stream: str | None = None) -> list[dict[str, Any]]:
+    """pgmq.stream_info(): every subscription (of one stream) the caller may read."""
+    return rows(conn, "SELECT * FROM pgmq.stream_info(stream_name => %s::text)", (stream,))
+
+
+def streams(conn: Conn) -> list[dict[str, Any]]:
+    """pgmq.list_streams(): every stream with its settings, segments and size."""
+    return rows(conn, "SELECT * FROM pgmq.list_streams()")
+
+
+def require_stream(conn: Conn, name: str) -> dict[str, Any]:
+    """The stream's row of list_streams(); exit 3 when there is none."""
+    row = next((s for s in streams(conn) if s["stream_name"] == name), None)
+    if row is None:
+        raise not_found(f'stream "{name}"')
+    return row
+
+
+def require_subscription(conn: Conn, stream: str, subscription: str) -> dict[str, Any]:
+    """The subscription's row of stream_info(); exit 3 when there is none."""
+    require_stream(conn, stream)
+    row = next((s for s in stream_info(conn, stream) if s["subscription_name"] == subscription), None)
+    if row is None:
+        raise not_found(f'subscription "{subscription}" of stream "{stream}"')
+    return row

@@ -1,6 +1,7 @@
-"""The Prometheus exporter: pgmq.queue_metrics() as a custom Collector (every scrape queries the
-database; a failed query gives pgmq_up 0, not an error), the worker's own counters, and the
-`pgmq-build metrics` command (serve /metrics, or print once as text or JSON).
+"""The Prometheus exporter: pgmq.queue_metrics(), pgmq.stream_info() and pgmq.list_streams() as a
+custom Collector (every scrape queries the database; a failed query gives pgmq_up 0, not an
+error), the worker's own counters, and the `pgmq-build metrics` command (serve /metrics, or
+print once as text or JSON).
 
 Metric names follow Prometheus' conventions: base units (seconds, bytes), ``_total`` only on
 counters, the queue as label ``queue``. README: Metrics.
@@ -13,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -95,6 +97,54 @@ def queue_families(rows: Iterable[dict[str, Any]]) -> list[Metric]:
     return [messages, sent, dlq, callbacks, *(g for g, _, _ in gauges)]
 
 
+@dataclass
+class Scrape:
+    """What one scrape read: pgmq.queue_metrics() rows, and pgmq.stream_info() /
+    pgmq.list_streams() rows."""
+
+    queues: list[dict[str, Any]]
+    subscriptions: list[dict[str, Any]] = field(default_factory=list)
+    streams: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_scrape(conn: db.Conn) -> Scrape:
+    return Scrape(db.queue_metrics(conn), db.stream_info(conn), db.streams(conn))
+
+
+# One gauge per subscription: (name, pgmq.stream_info() column, help).
+_SUBSCRIPTION_GAUGES = (
+    ("pgmq_stream_subscription_lag_events", "lag_events",
+     "Events the subscription has not acknowledged (ids handed out since its position)."),
+    ("pgmq_stream_subscription_lag_seconds", "lag_seconds",
+     "Age of the subscription's position while it lags; 0 when it has acknowledged everything."),
+    ("pgmq_stream_subscription_batches_out", "batches_out", "Batches leased and not acknowledged."),
+    ("pgmq_stream_subscription_position", "position", "The subscription's position (a tick id)."),
+)
+
+
+def stream_families(scrape: Scrape) -> list[Metric]:
+    """The stream and subscription metric families of a scrape."""
+    labels = ["stream", "subscription"]
+    gauges = [(GaugeMetricFamily(name, text, labels=labels), column)
+              for name, column, text in _SUBSCRIPTION_GAUGES]
+    lost = CounterMetricFamily("pgmq_stream_subscription_lost_events", "Events retention dropped "
+                               "before the subscription acknowledged them (drop_unacked).",
+                               labels=labels)
+    for r in scrape.subscriptions:
+        key = [r["stream_name"], r["subscription_name"]]
+        for family, column in gauges:
+            family.add_metric(key, float(r[column] or 0))
+        lost.add_metric(key, r["lost"] or 0)
+    size = GaugeMetricFamily("pgmq_stream_bytes", "Size of the stream's segment tables.",
+                             labels=["stream"])
+    segments = GaugeMetricFamily("pgmq_stream_segments", "Segment tables of the stream.",
+                                 labels=["stream"])
+    for r in scrape.streams:
+        size.add_metric([r["stream_name"]], r["total_bytes"] or 0)
+        segments.add_metric([r["stream_name"]], r["segments"] or 0)
+    return [*(g for g, _ in gauges), lost, size, segments]
+
+
 class QueueMetricsSource:
     """Reads pgmq.queue_metrics() over one connection kept between scrapes (thread-safe: the
     HTTP server answers scrapes in threads). A broken connection is replaced at once, so a
@@ -110,13 +160,13 @@ class QueueMetricsSource:
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         return conn
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> Scrape:
         with self._lock:
             fresh = self._conn is None
             if self._conn is None:
                 self._conn = self._open()
             try:
-                return db.queue_metrics(self._conn)
+                return read_scrape(self._conn)
             except psycopg.Error:
                 if not (self._conn.broken or self._conn.closed):
                     raise
@@ -124,7 +174,7 @@ class QueueMetricsSource:
                 if fresh:
                     raise
             self._conn = self._open()  # the kept connection had died: one more try
-            return db.queue_metrics(self._conn)
+            return read_scrape(self._conn)
 
     def close_unlocked(self) -> None:
         if self._conn is not None:
@@ -142,19 +192,21 @@ class QueueMetricsSource:
 class QueueCollector:
     """prometheus_client Collector: the queue series, pgmq_up and the scrape's duration."""
 
-    def __init__(self, read: Callable[[], list[dict[str, Any]]]) -> None:
-        self._read = read
+    def __init__(self, read: Callable[[], Scrape | list[dict[str, Any]]]) -> None:
+        self._read = read  # a Scrape, or only queue_metrics() rows
 
     def collect(self) -> Iterator[Metric]:
         began = time.perf_counter()
         try:
-            rows, up = self._read(), 1
+            got, up = self._read(), 1
         except psycopg.Error as exc:
-            log.warning("pgmq.queue_metrics() failed: %s", db.database_error(exc).message)
-            rows, up = [], 0
-        yield from queue_families(rows)
-        yield GaugeMetricFamily("pgmq_up", "1 when pgmq.queue_metrics() answered this scrape.",
-                                value=up)
+            log.warning("pgmq metrics query failed: %s", db.database_error(exc).message)
+            got, up = [], 0
+        scrape = got if isinstance(got, Scrape) else Scrape(got)
+        yield from queue_families(scrape.queues)
+        yield from stream_families(scrape)
+        yield GaugeMetricFamily("pgmq_up", "1 when pgmq.queue_metrics() and pgmq.stream_info() "
+                                "answered this scrape.", value=up)
         yield GaugeMetricFamily("pgmq_scrape_duration_seconds",
                                 "Time this scrape spent querying the database.",
                                 value=time.perf_counter() - began)
@@ -181,9 +233,22 @@ class WorkerCollector:
             failed.add_metric([q], n_failed)
         yield dispatched
         yield failed
-        yield CounterMetricFamily("pgmq_worker_dispatch_errors", "Dispatch statements that "
-                                  "failed (rolled back: their messages come back).",
-                                  value=totals.errors)
+        batches = CounterMetricFamily("pgmq_worker_stream_batches", "Stream batches handled, by "
+                                      "outcome: done (handler and ack committed), failed (the "
+                                      "handler raised), expired (the lease ran out first).",
+                                      labels=["stream", "subscription", "outcome"])
+        events = CounterMetricFamily("pgmq_worker_stream_events", "Events of the stream batches "
+                                     "whose handler and ack committed.",
+                                     labels=["stream", "subscription"])
+        for (stream, sub), (n_batches, n_events, n_failed, n_expired) in sorted(w.stream_totals().items()):
+            for outcome, n in (("done", n_batches), ("failed", n_failed), ("expired", n_expired)):
+                batches.add_metric([stream, sub, outcome], n)
+            events.add_metric([stream, sub], n_events)
+        yield batches
+        yield events
+        yield CounterMetricFamily("pgmq_worker_dispatch_errors", "Dispatch statements (and "
+                                  "stream reads or batches) that failed (rolled back: their "
+                                  "messages come back).", value=totals.errors)
         yield CounterMetricFamily("pgmq_worker_reconnects", "Connections re-established after "
                                   "a failure.", value=totals.reconnects)
 
@@ -258,8 +323,10 @@ def metrics_command(dsn: str, bind: str | None, as_json: bool) -> None:
             source.close()
         return
     with db.connect(dsn) as conn:
-        rows = db.queue_metrics(conn)
+        scrape = read_scrape(conn)
     if as_json:
-        out.json({"queues": [{k: r[k] for k in db.QUEUE_METRICS_COLUMNS if k in r} for r in rows]})
+        out.json({"queues": [{k: r[k] for k in db.QUEUE_METRICS_COLUMNS if k in r}
+                             for r in scrape.queues],
+                  "subscriptions": scrape.subscriptions, "streams": scrape.streams})
         return
-    click.echo(generate_latest(registry_for(QueueCollector(lambda: rows))).decode(), nl=False)
+    click.echo(generate_latest(registry_for(QueueCollector(lambda: scrape))).decode(), nl=False)

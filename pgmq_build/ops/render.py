@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,9 +32,16 @@ DASH = "–"  # a value that does not apply (no DLQ, empty queue, no rate yet)
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()
+    if isinstance(value, timedelta):  # intervals (a stream's retention) in seconds
+        return value.total_seconds()
     if isinstance(value, Decimal):
         return float(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_line(doc: Any) -> str:
+    """One JSON document on one line (tail --json)."""
+    return json.dumps(doc, default=_jsonable)
 
 
 class Output:
@@ -53,6 +60,13 @@ class Output:
 
     def print(self, *things: Any) -> None:
         self.out.print(*things)
+
+    def result(self, doc: Any, text: str) -> None:
+        """A command's outcome: the document with --json, else the sentence."""
+        if self.as_json:
+            self.json(doc)
+        else:
+            self.print(text)
 
     def note(self, text: str) -> None:
         """A human line on stderr (never pollutes --json output)."""

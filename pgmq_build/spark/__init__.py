@@ -16,6 +16,11 @@ Directions and their guarantees:
   at-least-once, exactly-once end-to-end with an idempotent or transactional sink.
 * ``writeStream.format("pgmq")`` publishes exactly-once across restarts (committed batch ids are
   recorded in ``pgmq_spark.sink_batches``).
+* With option ``stream`` instead of ``queue`` (a pgmq stream): ``readStream`` consumes a
+  subscription (option ``subscription``; offsets are positions, the subscription follows what
+  Spark commits; exactly-once end-to-end with an idempotent or transactional sink), ``read``
+  returns the events between two positions (``fromPosition``, ``toPosition``) without consuming
+  them, and the writers append events (``ev_id, ev_time, message, headers``).
 
 Options (case-insensitive):
 
@@ -26,6 +31,12 @@ dsn                    all     libpq connection string or URL (required)
 user, password         all     added to dsn (Spark redacts a ``password`` option in plans
                                and logs; a password inside ``dsn`` is not redacted)
 queue                  all     queue name
+stream                 all     stream name (instead of queue; queue-only options are refused)
+subscription           stream  the stream's subscription the query consumes (made from
+                               startingOffsets when missing; the query is its only consumer)
+fromPosition,          read    a stream's positions: events committed after fromPosition
+toPosition                     (default: the earliest kept) and by toPosition (default: one
+                               made when the read is planned)
 table                  read    ``queue`` (default) or ``archive``
 numPartitions          read    Spark partitions (snapshot default: one per 100k msg_ids;
                                stream default 2)
@@ -38,8 +49,9 @@ exchange               write   publish through ``pgmq.publish(exchange, routing_
 routingKeyColumn       write   routing key column (``routing_key``); without ``exchange``
                                the rows go through ``pgmq.send_topic``
 allowUnroutable        write   topic routing: drop rows no binding matches (default: fail)
-writeMode              write   ``copy`` (default; COPY into the queue table) or ``send``
-                               (every row through ``pgmq.send_batch``)
+writeMode              write   ``copy`` (default; COPY into the queue table, or a stream's
+                               current segment) or ``send`` (every row through
+                               ``pgmq.send_batch`` / ``pgmq.stream_send_batch``)
 exactlyOnce            write   batch default false, stream default true
 idempotencyKey         write   batch: publish a job with this key at most once
 createQueue            write   ``pgmq.create(queue)`` first (default false)
@@ -47,8 +59,9 @@ sinkId                 stream  the stream sink's name in the progress table (def
                                checkpoint location + the query id stored in it)
 stagingTable,          write   default ``pgmq_spark.staging`` / ``pgmq_spark.sink_batches``
 progressTable                  (created on first use)
-maxRowsPerBatch        stream  at most this many messages per micro-batch
-startingOffsets        stream  ``earliest`` (default) or ``latest``
+maxRowsPerBatch        stream  at most this many messages per micro-batch (streams: counted
+                               at whole positions, at least one per batch)
+startingOffsets        stream  ``earliest`` (default) or ``latest`` (streams: or a position)
 onCommit               stream  ``archive`` (default), ``delete`` or ``none``
 ackOnLatestOffset      stream  also ack when Spark plans the next batch (default true: the
                                only way the last batch of an availableNow run is acked)

@@ -1,5 +1,6 @@
-"""Batch reading (non-destructive snapshot by msg_id ranges, and the claim used by consume()) and
-batch publishing (Arrow -> binary COPY, at-least-once per task or exactly-once per job)."""
+"""Batch reading (non-destructive snapshot by msg_id ranges, the claim used by consume(), a
+stream's events between two positions) and batch publishing (Arrow -> binary COPY into a queue
+or a stream, at-least-once per task or exactly-once per job)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from . import publishing, staging
+from . import publishing, staging, stream_events
 from .claims import claim
 from .connections import connect, resolve_queue
 from .errors import PgmqSparkError
@@ -39,6 +40,32 @@ class RangePartition(InputPartition):
 class ClaimPartition(InputPartition):
     index: int
     qty: int
+
+
+@dataclass
+class EventPartition(InputPartition):
+    """The events of a stream committed after snapshot ``after`` and by ``upto`` with
+    lo < ev_id <= hi (lo None: no lower bound)."""
+
+    after: str
+    upto: str
+    lo: int | None
+    hi: int
+
+
+def event_partitions(conn, ref: stream_events.StreamRef, start: int, end: int,
+                     partitions: int) -> list[EventPartition]:
+    """Partitions of the events between positions start and end (driver side)."""
+    after, upto = stream_events.tick(conn, ref, start), stream_events.tick(conn, ref, end)
+    if upto.tick_id <= after.tick_id:
+        return []
+    return [EventPartition(after.snapshot, upto.snapshot, lo, hi)
+            for lo, hi in stream_events.split(after, upto, partitions)]
+
+
+def read_event_partition(dsn: str, ref: stream_events.StreamRef,
+                         p: EventPartition) -> Iterator[pa.RecordBatch]:
+    yield from stream_events.read_events(dsn, ref, p.after, p.upto, p.lo, p.hi)
 
 
 class SnapshotReader(DataSourceReader):
@@ -66,6 +93,30 @@ class SnapshotReader(DataSourceReader):
             return
         yield from read_range(self.spec.dsn, self.info, self.spec.table, partition.lo,
                                   partition.hi)
+
+
+class StreamRangeReader(DataSourceReader):
+    """A stream's events between two positions (option stream; fromPosition: default the
+    earliest kept, toPosition: default a position made now), split by ev_id. Consumes nothing
+    and touches no subscription; re-reading the same positions gives the same events."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
+        with connect(spec.dsn, autocommit=True) as conn:
+            self.ref = stream_events.resolve_stream(conn, spec.stream or "")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with connect(self.spec.dsn, autocommit=True) as conn:
+            start = (self.spec.from_position if self.spec.from_position is not None
+                     else stream_events.earliest(conn, self.ref))
+            end = (self.spec.to_position if self.spec.to_position is not None
+                   else stream_events.latest(conn, self.ref))
+            parts = event_partitions(conn, self.ref, start, end, self.spec.num_partitions or 2)
+        return parts or [RangePartition(0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, EventPartition):
+            yield from read_event_partition(self.spec.dsn, self.ref, partition)
 
 
 class ClaimReader(DataSourceReader):
@@ -98,7 +149,10 @@ class Published(WriterCommitMessage):
 
 
 def target_of(spec: WriteSpec) -> publishing.Target:
-    """Resolve (driver side) where rows go; checks that the queue exists."""
+    """Resolve (driver side) where rows go; checks that the queue or stream exists."""
+    if spec.stream is not None:
+        with connect(spec.dsn, autocommit=True) as conn:
+            return publishing.Target(stream=stream_events.resolve_stream(conn, spec.stream))
     if spec.routed:
         if spec.exchange:
             with connect(spec.dsn, autocommit=True) as conn:
@@ -136,6 +190,12 @@ def publish_task(spec: WriteSpec, target: publishing.Target, batches: Iterator[p
                    for batch in batches if batch.num_rows)
         if job_id is not None:
             rows = staging.stage_task(cur, spec.staging_table, job_id, part_id, encoded)
+        elif target.stream is not None:
+            if spec.write_mode == "send":
+                for enc in encoded:
+                    rows += stream_events.send_events(cur, target.stream, enc)
+            else:
+                rows = stream_events.copy_events(cur, target.stream, encoded)
         elif spec.routed:
             for enc in encoded:
                 rows += publishing.route_rows(cur, enc, spec.exchange, spec.allow_unroutable)

@@ -29,17 +29,44 @@ INT32_MAX = 2**31 - 1  # options that reach SQL as integer (claimVt, claimMax, .
 
 # The options of each direction (pgmq_build/spark/__init__.py documents them); Spark itself
 # adds "path" (from load(path)/save(path)) and, for streams, "checkpointLocation".
-_COMMON = ("dsn", "user", "password", "queue")
+_COMMON = ("dsn", "user", "password", "queue", "stream")
 OPTIONS = {
-    "read": _COMMON + ("table", "numPartitions", "claimVt", "claimMax", "conditional", "path"),
-    "readStream": _COMMON + ("numPartitions", "maxRowsPerBatch", "startingOffsets", "onCommit",
-                             "ackOnLatestOffset", "safeOffsets", "inflightWaitSeconds",
+    "read": _COMMON + ("table", "numPartitions", "claimVt", "claimMax", "conditional",
+                       "fromPosition", "toPosition", "path"),
+    "readStream": _COMMON + ("subscription", "numPartitions", "maxRowsPerBatch", "startingOffsets",
+                             "onCommit", "ackOnLatestOffset", "safeOffsets", "inflightWaitSeconds",
                              "respectVisibility", "maxPendingMessages", "path"),
     "write": _COMMON + ("messageColumn", "headersColumn", "delayColumn", "priorityColumn",
                         "exchange", "routingKeyColumn", "allowUnroutable", "writeMode",
                         "exactlyOnce", "idempotencyKey", "createQueue", "sinkId", "stagingTable",
                         "progressTable", "checkpointLocation", "path"),
 }
+# Options that only mean something for a queue, or only for a stream (option stream).
+QUEUE_ONLY = ("table", "claimVt", "claimMax", "conditional", "onCommit", "safeOffsets",
+              "inflightWaitSeconds", "respectVisibility", "maxPendingMessages", "delayColumn",
+              "priorityColumn", "exchange", "routingKeyColumn", "allowUnroutable", "createQueue")
+STREAM_ONLY = ("subscription", "fromPosition", "toPosition")
+
+
+def stream_target(options: Mapping[str, str], direction: str) -> str | None:
+    """The stream named by option stream (None: a queue), after refusing a queue together with
+    a stream and the options of the other kind."""
+    stream = _get(options, "stream")
+    if stream is None:
+        for key in STREAM_ONLY:
+            if _get(options, key) is not None:
+                raise PgmqSparkError(f"option {key!r} applies to streams: give option 'stream' "
+                                     "(not 'queue')")
+        return None
+    if not stream:
+        raise PgmqSparkError("option 'stream' must name a stream")
+    if _get(options, "queue") is not None:
+        raise PgmqSparkError("give option 'queue' or option 'stream', not both")
+    for key in QUEUE_ONLY:
+        if _get(options, key) is not None:
+            raise PgmqSparkError(f"option {key!r} applies to queues, not to stream {stream!r} "
+                                 f"({direction})")
+    return stream
 
 
 def check_known(options: Mapping[str, str], direction: str) -> None:
@@ -137,10 +164,26 @@ class ReadSpec:
     claim_vt: int | None  # claim mode (pgmq_build.spark.consume): pgmq.read with this vt
     claim_max: int
     conditional: str | None
+    stream: str | None = None  # a stream's events between two positions instead of a queue
+    from_position: int | None = None  # None: the earliest kept
+    to_position: int | None = None  # None: a position made when the read is planned
+
+
+INT64_MAX = 2**63 - 1  # positions (tick ids) are bigint
 
 
 def read_spec(options: Mapping[str, str]) -> ReadSpec:
     check_known(options, "read")
+    stream = stream_target(options, "read")
+    if stream is not None:
+        low = _int(options, "fromPosition", None, 0, INT64_MAX)
+        high = _int(options, "toPosition", None, 0, INT64_MAX)
+        if low is not None and high is not None and high < low:
+            raise PgmqSparkError(f"option toPosition ({high}) is before fromPosition ({low})")
+        return ReadSpec(dsn=dsn_of(options), queue="", table="stream",
+                        num_partitions=_int(options, "numPartitions", None, 1), claim_vt=None,
+                        claim_max=0, conditional=None, stream=stream, from_position=low,
+                        to_position=high)
     conditional = _get(options, "conditional")
     if conditional:
         try:
@@ -172,6 +215,7 @@ class WriteSpec:
     staging_table: str
     progress_table: str
     sink_id: str | None
+    stream: str | None = None  # events appended to this stream instead of a queue
 
 
 # Spark types (DataType.simpleString()) each column may have; encode() converts exactly these.
@@ -213,6 +257,7 @@ def write_spec(options: Mapping[str, str], names: Sequence[str] | Mapping[str, s
     check_known(options, "write")
     types = names if isinstance(names, Mapping) else None
     names = list(names)
+    stream = stream_target(options, "write")
     queue = _get(options, "queue")
     exchange = _get(options, "exchange")
     rk_explicit = _get(options, "routingKeyColumn")
@@ -220,8 +265,9 @@ def write_spec(options: Mapping[str, str], names: Sequence[str] | Mapping[str, s
     if routed and queue:
         raise PgmqSparkError("give either option queue, or exchange / routingKeyColumn (routing), "
                              "not both")
-    if not routed and not queue:
-        raise PgmqSparkError("option 'queue' is required (or exchange + routingKeyColumn)")
+    if not routed and not queue and not stream:
+        raise PgmqSparkError("option 'queue' is required (or 'stream', or exchange + "
+                             "routingKeyColumn)")
     message = _get(options, "messageColumn") or "message"
     if message not in names:
         raise PgmqSparkError(f"no message column {message!r} in {names}: name it 'message' or set "
@@ -229,8 +275,9 @@ def write_spec(options: Mapping[str, str], names: Sequence[str] | Mapping[str, s
     cols = Columns(
         message=message,
         headers=_column_option(options, "headersColumn", "headers", names),
-        delay=_column_option(options, "delayColumn", "delay", names),
-        priority=_column_option(options, "priorityColumn", "priority", names),
+        # a stream's events have no delay or priority: such columns are not picked up
+        delay=None if stream else _column_option(options, "delayColumn", "delay", names),
+        priority=None if stream else _column_option(options, "priorityColumn", "priority", names),
         routing_key=_column_option(options, "routingKeyColumn", "routing_key", names) if routed else None)
     if routed and not cols.routing_key:
         raise PgmqSparkError(f"routing needs a routing key column ('routing_key' or option "
@@ -251,7 +298,7 @@ def write_spec(options: Mapping[str, str], names: Sequence[str] | Mapping[str, s
         allow_unroutable=_bool(options, "allowUnroutable", False),
         staging_table=_get(options, "stagingTable") or DEFAULT_STAGING_TABLE,
         progress_table=_get(options, "progressTable") or DEFAULT_PROGRESS_TABLE,
-        sink_id=_get(options, "sinkId") or None)
+        sink_id=_get(options, "sinkId") or None, stream=stream)
 
 
 @dataclass(frozen=True)
@@ -267,10 +314,29 @@ class StreamSpec:
     num_partitions: int
     respect_visibility: bool
     max_pending: int
+    stream: str | None = None  # a stream subscription's events instead of a queue
+    subscription: str | None = None
 
 
 def stream_spec(options: Mapping[str, str]) -> StreamSpec:
     check_known(options, "readStream")
+    stream = stream_target(options, "readStream")
+    if stream is not None:
+        subscription = _get(options, "subscription")
+        if not subscription:
+            raise PgmqSparkError(f"reading stream {stream!r} as a stream needs option "
+                                 "'subscription' (created when missing; the query must be its "
+                                 "only consumer)")
+        starting = (_get(options, "startingOffsets") or "earliest").strip().lower()
+        if starting not in ("earliest", "latest") and not (starting.isdigit() and len(starting) <= 18):
+            raise PgmqSparkError(f"option startingOffsets must be earliest, latest or a position "
+                                 f"(a tick id), got {starting!r}")
+        return StreamSpec(
+            dsn=dsn_of(options), queue="", max_rows=_int(options, "maxRowsPerBatch", None, 1),
+            starting=starting, on_commit="none",
+            ack_on_latest_offset=_bool(options, "ackOnLatestOffset", True), safe_offsets=False,
+            inflight_wait=0.0, num_partitions=_int(options, "numPartitions", 2, 1) or 2,
+            respect_visibility=False, max_pending=0, stream=stream, subscription=subscription)
     return StreamSpec(
         dsn=dsn_of(options), queue=_get(options, "queue") or "",
         max_rows=_int(options, "maxRowsPerBatch", None, 1),

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -32,6 +32,9 @@ from .. import headers as pgmq_headers
 from . import copybinary
 from .connections import QueueInfo
 from .errors import PgmqSparkError
+
+if TYPE_CHECKING:
+    from .stream_events import StreamRef
 
 # Headers whose insert-time meaning lives in the extension's send paths (dedup, limit marks).
 SPECIAL_HEADERS = pgmq_headers.INSERT_RULES
@@ -422,15 +425,18 @@ def route_rows(cur: psycopg.Cursor, enc: Encoded, exchange: str | None,
 
 @dataclass
 class Target:
-    """Where published rows go: a queue (COPY/INSERT), topic routing, or an exchange."""
+    """Where published rows go: a queue (COPY/INSERT), topic routing, an exchange, or a stream."""
 
     queue: QueueInfo | None = None
     exchange: str | None = None
     routed: bool = False
     allow_unroutable: bool = False
+    stream: StreamRef | None = None  # events appended to a stream
 
     @property
     def label(self) -> str:
+        if self.stream is not None:
+            return f"stream:{self.stream.stream}"
         if self.exchange:
             return f"exchange:{self.exchange}"
         if self.routed:

@@ -36,7 +36,8 @@ RECORD_SELECT = ("msg_id, read_ct, enqueued_at, last_read_at, vt, message::text,
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_TYPES = {"msg_id": pa.int64(), "read_ct": pa.int32(), "enqueued_at": _TS,
                "last_read_at": _TS, "vt": _TS, "message": pa.string(), "headers": pa.string(),
-               "priority": pa.int32(), "archived_at": _TS}
+               "priority": pa.int32(), "archived_at": _TS,
+               "ev_id": pa.int64(), "ev_time": _TS}  # a stream's events (stream_events.py)
 
 
 def arrow_schema(columns: Sequence[str]) -> pa.Schema:

@@ -3,8 +3,10 @@ stream write. Options are documented in pgmq_build/spark/__init__.py.
 
 Where each direction lives (the modules marked * import no pyspark and run on executors too):
 
-* batch.py: SnapshotReader, ClaimReader, PublishWriter (Spark's side of batch reads and writes)
-* stream.py: PgmqStreamReader, PgmqStreamWriter (Spark's side of streaming)
+* batch.py: SnapshotReader, ClaimReader, StreamRangeReader, PublishWriter (Spark's side of
+  batch reads and writes)
+* stream.py: PgmqStreamReader, SubscriptionStreamReader, PgmqStreamWriter (Spark's side of
+  streaming)
 * options.py*: option parsing into picklable specs
 * connections.py*: connections, quoted names, a queue's tables; errors.py*: PgmqSparkError
 * snapshot.py*: rows as Arrow (COPY to CSV parsed by pyarrow), msg_id ranges
@@ -13,6 +15,8 @@ Where each direction lives (the modules marked * import no pyspark and run on ex
 * publishing.py*: Arrow batch encoding and the insert paths (COPY, send, topics, exchanges)
 * copybinary.py*: Arrow columns as PostgreSQL binary COPY rows (the publish paths' COPY format)
 * staging.py*: exactly-once publishing (staging table, sink progress, the connector's tables)
+* stream_events.py*: a pgmq stream's positions, events between two of them, subscriptions,
+  and the writes into a stream
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .options import read_spec, stream_spec, write_spec
 QUEUE_SCHEMA = ("msg_id long, read_ct int, enqueued_at timestamp, last_read_at timestamp, "
                 "vt timestamp, message string, headers string, priority int")
 ARCHIVE_SCHEMA = QUEUE_SCHEMA + ", archived_at timestamp"
+STREAM_SCHEMA = "ev_id long, ev_time timestamp, message string, headers string"  # option stream
 
 
 def column_types(schema: StructType) -> dict[str, str]:
@@ -40,20 +45,24 @@ def column_types(schema: StructType) -> dict[str, str]:
 
 
 class PgmqDataSource(DataSource):
-    """``format("pgmq")``: PostgreSQL pgmq queues as a Spark source and sink."""
+    """``format("pgmq")``: PostgreSQL pgmq queues and streams as a Spark source and sink."""
 
     @classmethod
     def name(cls) -> str:
         return "pgmq"
 
     def schema(self) -> str:
+        if self.options.get("stream") is not None:
+            return STREAM_SCHEMA
         table = (self.options.get("table") or "queue").strip().lower()
         return ARCHIVE_SCHEMA if table == "archive" else QUEUE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .batch import ClaimReader, SnapshotReader
+        from .batch import ClaimReader, SnapshotReader, StreamRangeReader
 
         spec = read_spec(self.options)
+        if spec.stream is not None:
+            return StreamRangeReader(spec)
         if spec.claim_vt is not None:
             if spec.table != "queue":
                 raise PgmqSparkError("a claim reads the queue table, not the archive")
@@ -68,9 +77,12 @@ class PgmqDataSource(DataSource):
         return PublishWriter(write_spec(self.options, column_types(schema), streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import PgmqStreamReader
+        from .stream import PgmqStreamReader, SubscriptionStreamReader
 
-        return PgmqStreamReader(stream_spec(self.options))
+        spec = stream_spec(self.options)
+        if spec.stream is not None:
+            return SubscriptionStreamReader(spec)
+        return PgmqStreamReader(spec)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .options import sink_key

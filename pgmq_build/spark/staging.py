@@ -20,6 +20,7 @@ from . import copybinary
 from .connections import connect, qualified
 from .errors import PgmqSparkError
 from .publishing import Encoded, Target
+from .stream_events import STREAM_COPY_COLUMNS, current_segment
 
 # The connector's own objects (staging rows, sink progress) live here unless options say otherwise.
 DEFAULT_SCHEMA = "pgmq_spark"
@@ -160,6 +161,14 @@ def move_staged(cur: psycopg.Cursor, staging: str, job_id: str, part_ids: Sequen
             "s.routing_key, s.message, s.headers, s.delay_s)) AS c {} ORDER BY s.part_id, s.ord) x"
         ).format(sel), [target.exchange, *params])
         return int(cur.fetchone()[0])
+    if target.stream is not None:
+        cur.execute("SET LOCAL enable_sort = off")  # staging order from its index, as below
+        cur.execute(sql.SQL("INSERT INTO {} " + STREAM_COPY_COLUMNS + " SELECT s.message, s.headers "
+                            "{} ORDER BY s.part_id, s.ord").format(
+                                current_segment(cur, target.stream), sel), params)
+        n = cur.rowcount
+        cur.execute("RESET enable_sort")
+        return n
     assert target.queue is not None
     special = sql.SQL("coalesce(s.headers ?| {}::text[], false)").format(sql.Literal(list(pgmq_headers.INSERT_RULES)))
     # Read the staged rows in (part_id, ord) order from the staging index rather than sorting

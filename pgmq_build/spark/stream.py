@@ -1,5 +1,7 @@
-"""Streaming: ``spark.readStream.format("pgmq")`` (offsets = msg_id with a safe high-water mark,
-ack on commit) and ``writeStream.format("pgmq")`` (exactly-once by recorded batch ids).
+"""Streaming: ``spark.readStream.format("pgmq")`` of a queue (offsets = msg_id with a safe
+high-water mark, ack on commit) or of a stream subscription (offsets = positions, the
+subscription moved on commit), and ``writeStream.format("pgmq")`` (exactly-once by recorded
+batch ids) into a queue or a stream.
 
 The stream source is PgmqStreamReader here (what Spark calls: offsets, partitions, commit, read)
 plus offsets.py, its SQL side without pyspark (Offset, the safe high-water mark, batch planning,
@@ -26,8 +28,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from . import offsets, staging
-from .batch import Published, prepare_staging, publish_task, target_of
+from . import offsets, staging, stream_events
+from .batch import (
+    EventPartition,
+    Published,
+    event_partitions,
+    prepare_staging,
+    publish_task,
+    read_event_partition,
+    target_of,
+)
 from .connections import connect, resolve_queue
 from .errors import PgmqSparkError
 from .offsets import Offset
@@ -163,6 +173,100 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         yield from read_range(self.spec.dsn, self.info, "queue", partition.lo, partition.hi,
                                   partition.exclude, partition.include)
+
+
+class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``readStream.format("pgmq").option("stream", S).option("subscription", U)``: the query
+    consumes subscription U of stream S and must be its only consumer.
+
+    Offsets are positions ({"position": tick id}). A micro-batch (start, end] is the events
+    committed after start's snapshot and by end's (stream_events.py), read without changing
+    anything, so Spark's replay of a batch re-reads the same events: exactly-once end to end
+    with an idempotent or transactional sink (the pgmq sink is one). The subscription's position
+    follows what Spark has committed (pgmq.stream_rewind to the offset): in commit(end) and, as
+    for queues, in latestOffset(start), which is what moves it past the last batch of an
+    availableNow run. Retention keeps every event after the position (unless the stream has
+    drop_unacked; the subscription's stream_info().lost counts what it dropped). Positions are
+    made by pgmq.stream_tick when the next batch is planned; maxRowsPerBatch bounds a batch by
+    whole positions (at least one).
+    """
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self._conn = None
+        with connect(spec.dsn, autocommit=True) as conn:
+            self.ref = stream_events.resolve_stream(conn, spec.stream or "")
+        self._initial: int | None = None
+        self._at: int | None = None  # the subscription's position as we last set it
+        self._target: int | None = None  # Trigger.AvailableNow: never go past this
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    # -- driver side
+
+    def _db(self):
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.spec.dsn, autocommit=True)
+        return self._conn
+
+    def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+        # a new query starts at the subscription's position (made from startingOffsets when
+        # the subscription does not exist yet)
+        self._initial = stream_events.subscribe(self._db(), self.ref, self.spec.subscription or "",
+                                                self.spec.starting)
+        self._at = self._initial
+        return {"position": self._initial}
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.spec.max_rows:
+            return ReadMaxRows(self.spec.max_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._target = stream_events.latest(self._db(), self.ref)
+
+    def _commit(self, offset: int) -> None:
+        if offset == self._at:
+            return
+        self._at = stream_events.move_to(self._db(), self.ref, self.spec.subscription or "", offset)
+        log.info("pgmq stream %s: subscription %s at position %s", self.spec.stream,
+                 self.spec.subscription, self._at)
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
+        begin = int(start["position"]) if start is not None else self._initial
+        if begin is None:
+            begin = int(self.initialOffset()["position"])
+        # ``start``'s batch is in Spark's commit log by now (see PgmqStreamReader)
+        if self.spec.ack_on_latest_offset and start is not None:
+            self._commit(begin)
+        conn = self._db()
+        if stream_events.position(conn, self.ref, self.spec.subscription or "") is None:
+            raise PgmqSparkError(f"subscription {self.spec.subscription!r} of stream "
+                                 f"{self.spec.stream!r} is gone (unsubscribed, or the stream was "
+                                 "dropped); start the query with a new checkpoint location")
+        high = self._target if self._target is not None else stream_events.latest(conn, self.ref)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return {"position": stream_events.plan_end(conn, self.ref, begin, high, max_rows)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return event_partitions(self._db(), self.ref, int(start["position"]), int(end["position"]),
+                                self.spec.num_partitions)
+
+    def commit(self, end: dict) -> None:
+        self._commit(int(end["position"]))
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- executors
+
+    def read(self, partition: EventPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_event_partition(self.spec.dsn, self.ref, partition)
 
 
 def _batch_id_of_task() -> str:

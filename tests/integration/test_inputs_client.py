@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -27,12 +27,17 @@ NAME_REFUSALS = {"P0001", "42602", "42622", "42P07"}
 def client(dsn):
     with Client(dsn) as c:
         c.create("jobs")
+        c.create_stream("ev")
+        c.subscribe("ev", "s")
         yield c
 
 
 def state(conn: psycopg.Connection) -> tuple:
     """Everything a refused call must leave as it was."""
     return (column(conn, "SELECT queue_name FROM pgmq.meta ORDER BY 1"),
+            conn.execute("SELECT * FROM pgmq.stream_info()").fetchall(),
+            column(conn, "SELECT stream_name FROM pgmq.streams ORDER BY 1"),
+            scalar(conn, "SELECT count(*) FROM pgmq.s_ev"),
             conn.execute("SELECT msg_id, read_ct, vt, message, headers FROM pgmq.q_jobs ORDER BY 1").fetchall(),
             scalar(conn, "SELECT count(*) FROM pgmq.a_jobs"),
             scalar(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'pgmq'::regnamespace"))
@@ -86,6 +91,39 @@ BAD_CALLS = [
     (lambda c: c.consume("jobs", print, stop=True), TypeError, ["stop", "Event"]),
     (lambda c: c.consume("jobs", print, poll_interval=float("nan")), ValueError, ["poll_interval", "finite"]),
     (lambda c: c.consume("jobs", print, poll_interval=math.inf), ValueError, ["poll_interval", "finite"]),
+    # streams
+    (lambda c: c.create_stream(b"ev"), TypeError, ["stream", "str", "bytes"]),
+    (lambda c: c.create_stream("ev2", retention="7 days"), TypeError, ["retention", "timedelta", "str"]),
+    (lambda c: c.create_stream("ev2", retention=-1), ValueError, ["retention", "-1"]),
+    (lambda c: c.create_stream("ev2", retention=timedelta(seconds=-1)), ValueError, ["retention", "at least"]),
+    (lambda c: c.create_stream("ev2", rotation_period=0), ValueError, ["rotation_period", "at least 0:00:01"]),
+    (lambda c: c.create_stream("ev2", retention_bytes=0), ValueError, ["retention_bytes", "from 1"]),
+    (lambda c: c.create_stream("ev2", retention_bytes=1.5), TypeError, ["retention_bytes", "float"]),
+    (lambda c: c.create_stream("ev2", drop_unacked=1), TypeError, ["drop_unacked", "bool", "int"]),
+    (lambda c: c.drop_stream(None), TypeError, ["stream", "NoneType"]),
+    (lambda c: c.stream_send("ev", {"a": float("nan")}), ValueError, ["message", "JSON"]),
+    (lambda c: c.stream_send("ev", {}, headers=["x"]), TypeError, ["headers", "dict"]),
+    (lambda c: c.stream_send_batch("ev", []), ValueError, ["messages", "empty"]),
+    (lambda c: c.stream_send_batch("ev", [{}, {"x": "\x00"}]), ValueError, ["messages[1]", "NUL"]),
+    (lambda c: c.stream_send_batch("ev", [{}], headers=[{}, {}]), ValueError, ["headers", "2 entries", "1 messages"]),
+    (lambda c: c.subscribe("ev", ""), ValueError, ["subscription", "empty"]),
+    (lambda c: c.subscribe("ev", 5), TypeError, ["subscription", "str", "int"]),
+    (lambda c: c.subscribe("ev", "s", start="soonish"), ValueError, ["start", "'soonish'"]),
+    (lambda c: c.subscribe("ev", "s", start=-1), ValueError, ["start", "-1"]),
+    (lambda c: c.subscribe("ev", "s", start=True), ValueError, ["start", "True"]),
+    (lambda c: c.unsubscribe("ev", None), TypeError, ["subscription", "NoneType"]),
+    (lambda c: c.stream_read("ev", "s", lease_seconds=0), ValueError, ["lease_seconds", "from 1"]),
+    (lambda c: c.stream_read("ev", "s", lease_seconds=2**31), ValueError, ["lease_seconds", "2147483647"]),
+    (lambda c: c.stream_ack("ev", "s", "7"), TypeError, ["batch_id", "str"]),
+    (lambda c: c.stream_rewind("ev", "s", "yesterday"), TypeError, ["to", "position", "datetime"]),
+    (lambda c: c.stream_rewind("ev", "s", datetime(2030, 1, 1)), ValueError, ["to", "timezone-aware"]),
+    (lambda c: c.stream_rewind("ev", "s", 2**63), ValueError, ["to", str(2**63)]),
+    (lambda c: c.stream_info(5), TypeError, ["stream", "int"]),
+    (lambda c: c.stream_tick(b"ev"), TypeError, ["stream", "bytes"]),
+    (lambda c: c.consume_stream("ev", "s", None), TypeError, ["handler", "callable"]),
+    (lambda c: c.consume_stream("ev", "s", print, lease_seconds=0), ValueError, ["lease_seconds"]),
+    (lambda c: c.consume_stream("ev", "s", print, poll_interval=-1), ValueError, ["poll_interval"]),
+    (lambda c: c.consume_stream("ev", "s", print, on_error="nack"), ValueError, ["on_error", "'nack'"]),
 ]
 
 

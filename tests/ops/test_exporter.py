@@ -69,7 +69,7 @@ def test_dead_letter_and_callback_series(ops, conn, queue):
 def test_json(ops):
     result = ops("metrics", "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"queues": []}
+    assert json.loads(result.stdout) == {"queues": [], "subscriptions": [], "streams": []}
 
 
 def test_unreachable_database_gives_up_0():

@@ -54,3 +54,38 @@ def test_worker_metrics_count_what_it_dispatched(conn, dsn):
     assert code == 0, err
     events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
     assert "metrics" in events and events[-1] == "summary"
+
+
+def test_worker_metrics_count_stream_batches(conn, dsn):
+    from tests.integration import stream_handlers
+
+    conn.execute(stream_handlers.SETUP)
+    conn.execute("SELECT pgmq.create_stream('ev'), pgmq.subscribe('ev', 'work')")
+    conn.execute("SELECT pgmq.stream_send_batch('ev', ARRAY['{\"n\": 1}', '{\"n\": 2}']::jsonb[])")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc = spawn("worker", "--dsn", dsn, "--metrics-bind", f"127.0.0.1:{port}", "--stream", "ev:work",
+                 "--handler", "tests.integration.stream_handlers:record", "--naptime-ms", "50")
+    key = (("stream", "ev"), ("subscription", "work"))
+    got: dict = {}
+
+    def finished() -> bool:
+        try:
+            got.clear()
+            got.update(scrape(url))
+        except (urllib.error.URLError, ConnectionError):
+            assert proc.poll() is None, proc.communicate()[1]
+            return False
+        return got.get(("pgmq_worker_stream_events_total", key), 0) == 2
+
+    try:
+        wait_for(finished, timeout=30, what="the worker's stream counters")
+        got = scrape(url)  # the next scrape's database series see the committed ack
+        assert got[("pgmq_worker_stream_batches_total", (("outcome", "done"), *key))] == 1
+        assert got[("pgmq_worker_stream_batches_total", (("outcome", "failed"), *key))] == 0
+        assert got[("pgmq_stream_subscription_lag_events", key)] == 0
+        assert got[("pgmq_worker_pool_size", ())] == 0  # streams only
+        assert scalar(conn, "SELECT count(*) FROM public.stream_done") == 2
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err

@@ -163,3 +163,52 @@ def test_bad_values_in_rows_fail_the_task_naming_them(columns, words):
         encode(batch, cols, datetime.now(timezone.utc), routed=False)
     for word in words:
         assert word in str(info.value)
+
+
+# -- streams (option stream) ------------------------------------------------------------------
+
+STREAM = {"dsn": "host=x", "stream": "ev"}
+
+
+@pytest.mark.parametrize("direction,options,words", [
+    ("read", {"queue": "q"}, ["'queue' or option 'stream', not both"]),
+    ("read", {"table": "archive"}, ["'table' applies to queues, not to stream 'ev' (read)"]),
+    ("read", {"claimVt": "30"}, ["'claimVt' applies to queues"]),
+    ("read", {"fromPosition": "-1"}, ["fromPosition", "0 to"]),
+    ("read", {"fromPosition": "5", "toPosition": "4"}, ["toPosition (4) is before fromPosition (5)"]),
+    ("read", {"subscription": "a"}, ["'subscription' is a readStream option"]),
+    ("read", {"fromPositon": "1"}, ["did you mean 'fromPosition'"]),
+    ("readStream", {}, ["needs option 'subscription'"]),
+    ("readStream", {"subscription": "a", "onCommit": "delete"}, ["'onCommit' applies to queues"]),
+    ("readStream", {"subscription": "a", "startingOffsets": "soon"}, ["earliest, latest or a position"]),
+    ("readStream", {"subscription": "a", "maxRowsPerBatch": "0"}, ["maxRowsPerBatch", "1 to"]),
+    ("readStream", {"subscripton": "a"}, ["did you mean 'subscription'"]),
+    ("write", {"delayColumn": "d"}, ["'delayColumn' applies to queues"]),
+    ("write", {"exchange": "x"}, ["'exchange' applies to queues"]),
+    ("write", {"createQueue": "true"}, ["'createQueue' applies to queues"]),
+    ("write", {"stream": ""}, ["'stream' must name a stream"]),
+])
+def test_stream_options_are_judged(direction, options, words):
+    with pytest.raises(PgmqSparkError) as info:
+        SPEC[direction]({**STREAM, **options})
+    for word in words:
+        assert word in str(info.value), info.value
+
+
+@pytest.mark.parametrize("direction,options", [
+    ("read", {"fromPosition": "3"}), ("readStream", {"subscription": "a"}),
+])
+def test_stream_only_options_on_a_queue_are_refused(direction, options):
+    with pytest.raises(PgmqSparkError, match="applies to streams"):
+        SPEC[direction]({**BASE, **options})
+
+
+def test_stream_specs():
+    spec = read_spec({**STREAM, "fromPosition": "3", "numPartitions": "4"})
+    assert (spec.stream, spec.from_position, spec.to_position, spec.num_partitions) == ("ev", 3, None, 4)
+    spec = stream_spec({**STREAM, "subscription": "a", "startingOffsets": "17", "maxRowsPerBatch": "9"})
+    assert (spec.stream, spec.subscription, spec.starting, spec.max_rows) == ("ev", "a", "17", 9)
+    assert stream_spec({**STREAM, "subscription": "a"}).starting == "earliest"
+    # a stream's events have no delay or priority: columns with those names are not taken
+    spec = write_spec(STREAM, {"message": "string", "delay": "int", "priority": "int"}, streaming=False)
+    assert (spec.stream, spec.columns.delay, spec.columns.priority) == ("ev", None, None)

@@ -58,6 +58,16 @@ BAD_SETTINGS = [
     ({"queues": ["jobs", ""]}, "queues", ["queues[1]", "empty"]),
     ({"queues": ["a\x00b"]}, "queues", ["queues[0]", "NUL"]),
     ({"queues": [b"jobs"]}, "queues", ["queues[0]", "bytes"]),
+    ({"streams": "ev:a", "handler": print}, "streams", ["STREAM:SUBSCRIPTION", "str"]),
+    ({"streams": ["ev"], "handler": print}, "streams", ["streams[0]", "STREAM:SUBSCRIPTION", "'ev'"]),
+    ({"streams": ["ev:"], "handler": print}, "streams", ["streams[0] (subscription)", "empty"]),
+    ({"streams": [":a"], "handler": print}, "streams", ["streams[0] (stream)", "empty"]),
+    ({"streams": [("ev", 5)], "handler": print}, "streams", ["streams[0] (subscription)", "int"]),
+    ({"streams": ["ev:a"]}, "handler", ["streams need a handler"]),
+    ({"streams": ["ev:a"], "handler": "mod:fn"}, "handler", ["handler(batch, conn)", "'mod:fn'"]),
+    ({"handler": print}, "handler", ["give the streams"]),
+    ({"streams": ["ev:a"], "handler": print, "stream_lease": 0}, "stream_lease", ["1 to", "got 0"]),
+    ({"streams": ["ev:a"], "handler": print, "stream_consumers": 101}, "stream_consumers", ["1 to 100"]),
     ({"dsn": "nonsense==="}, "dsn", ["libpq", "nonsense"]),
     ({"dsn": None}, "dsn", ["dsn", "str"]),
 ]
@@ -85,6 +95,12 @@ def worker_cli(*args: str, env: dict[str, str] | None = None):
 
 
 @pytest.mark.parametrize("args,words", [
+    (["--stream", "ev:a"], ["--handler", "streams need a handler"]),
+    (["--handler", "pgmq_build.streams:handle_batch"], ["--handler", "give the streams"]),
+    (["--stream", "ev", "--handler", "pgmq_build.streams:handle_batch"], ["--stream", "STREAM:SUBSCRIPTION"]),
+    (["--stream", "ev:a", "--handler", "pgmq_build.streams"], ["--handler", "MODULE:FUNCTION"]),
+    (["--stream", "ev:a", "--handler", "pgmq_build.streams:nothing"], ["--handler", "has no 'nothing'"]),
+    (["--stream", "ev:a", "--handler", "pgmq_build.streams:DONE"], ["--handler", "not callable (str)"]),
     (["--start-delay", "nan"], ["--start-delay", "'nan' is not a finite number"]),
     (["--idle-timeout", "inf"], ["--idle-timeout", "finite"]),
     (["--naptime-ms", "99999999999"], ["--naptime-ms", "1<=x<=3600000"]),
@@ -120,6 +136,10 @@ def test_options_renamed_in_python_read_the_documented_variables():
     names, whose automatic variables (..._TARGET, ..._QUEUES, ..._MIGRATE_) nobody would guess."""
     result = CliRunner().invoke(main, ["migrate", "--dsn", "dbname=x"], env={"PGMQ_BUILD_MIGRATE_TO": "bogus"})
     assert result.exit_code == 2 and "PGMQ_BUILD_MIGRATE_TO" in result.output
+    result = worker_cli(env={"PGMQ_BUILD_WORKER_HANDLER": "no_such_module_x:f",
+                             "PGMQ_BUILD_WORKER_STREAM": "ev:a"})
+    assert result.exit_code == 2 and "PGMQ_BUILD_WORKER_HANDLER" in result.output
+    assert "cannot import 'no_such_module_x'" in result.output
     # (PGMQ_BUILD_WORKER_QUEUE: tests/integration/test_inputs_worker.py)
 
 
@@ -129,7 +149,8 @@ NUMERIC = {  # option: (smallest, largest, integer?)
     "--min-workers": (1, None, True), "--max-workers": (1, None, True),
     "--start-delay": (0, None, False), "--idle-timeout": (0, None, False),
     "--naptime-ms": (1, NAPTIME_MS_MAX, True), "--batch": (1, None, True),
-    "--tx-batch": (1, 1000, True),
+    "--tx-batch": (1, 1000, True), "--lease": (1, 2**31 - 1, True),
+    "--stream-consumers": (1, 100, True),
 }
 
 

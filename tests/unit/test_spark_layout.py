@@ -11,7 +11,7 @@ import pytest
 
 SPARK = Path(__file__).resolve().parents[2] / "pgmq_build" / "spark"
 PYSPARK_FREE = ("claims", "connections", "copybinary", "errors", "offsets", "options", "publishing",
-                "snapshot", "staging")
+                "snapshot", "staging", "stream_events")
 
 
 def _module_imports(name: str) -> list[str]:
@@ -50,3 +50,16 @@ def test_the_check_sees_a_pyspark_import():
     # the Spark-facing modules do import pyspark: the check would catch a slip
     assert "pyspark.sql.datasource" in _module_imports("stream")
     assert "pgmq_build.spark.batch" in _module_imports("stream")
+
+
+def test_stream_segment_names_match_the_templates():
+    """stream_events.SEGMENT_NAMES (the COPY path into a stream's current segment) is the
+    modulus templates/_macros/stream.sql.j2 names segments with."""
+    import re
+
+    from pgmq_build.spark.stream_events import SEGMENT_NAMES
+
+    macro = (SPARK.parents[1] / "templates" / "_macros" / "stream.sql.j2").read_text()
+    (value,) = re.findall(r"\{% set SEGMENT_NAMES = (\d+) %\}", macro)
+    assert int(value) == SEGMENT_NAMES
+    assert "_format_table_name({{ name }}, 's') || '_' || ({{ seg }} % {{ SEGMENT_NAMES }})::text" in macro
