@@ -1212,12 +1212,17 @@ DECLARE
     v_max_delay integer;
     v_paused    boolean;
     v_ranked    boolean;
-    v_r         record;
-    v_dead      text[] := '{}';
-    v_dead_ids  bigint[] := '{}';
+    v_msg_id bigint[];
+    v_read_ct integer[];
+    v_enqueued_at timestamp with time zone[];
+    v_last_read_at timestamp with time zone[];
+    v_vt timestamp with time zone[];
+    v_message jsonb[];
+    v_headers jsonb[];
+    v_dead      text[];
+    v_dead_ids  bigint[];
     v_i         record;
     v_left      integer := qty;
-    v_got       integer;
     v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
@@ -1237,45 +1242,54 @@ BEGIN
         RETURN;
     END IF;
     LOOP
-        v_got := 0;
-        v_retried := false;
-        FOR v_r IN SELECT * FROM pgmq._static_read_judged(
-                       v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
-                   WHERE NOT v_ranked
-                   UNION ALL
-                   SELECT * FROM pgmq._static_read_judged_ranked(
-                       v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
-                   WHERE v_ranked
-        LOOP
-            IF v_r.reason IS NULL THEN
-                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-                v_got := v_got + 1;
-            ELSIF v_r.reason = 'retry' THEN
-                v_retried := true;  -- settled for a later attempt: it stays
-            ELSE
-                v_dead := v_dead || v_r.reason;
-                v_dead_ids := v_dead_ids || v_r.msg_id;
-            END IF;
-        END LOOP;
+        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
+        -- its rows cost a statement per delivered row)
+        IF v_ranked THEN
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
+                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
+                   coalesce(bool_or(t.reason = 'retry'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+            FROM pgmq._static_read_judged_ranked(
+                     v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        ELSE
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
+                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
+                   coalesce(bool_or(t.reason = 'retry'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+            FROM pgmq._static_read_judged(
+                     v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        END IF;
+        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
         -- later rounds skip): the next one meets other rows
-        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
-        IF cardinality(v_dead) > 0 THEN
+        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
                 PERFORM pgmq._dead_letter(queue_name,
                     ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
                     v_i.reason);
             END LOOP;
-            v_dead := '{}';
-            v_dead_ids := '{}';
         END IF;
-        v_left := v_left - v_got;
+        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
         EXIT WHEN v_left <= 0;
     END LOOP;
 END;
@@ -1329,12 +1343,17 @@ DECLARE
     v_max_delay integer;
     v_paused    boolean;
     v_ranked    boolean;
-    v_r         record;
-    v_dead      text[] := '{}';
-    v_dead_ids  bigint[] := '{}';
+    v_msg_id bigint[];
+    v_read_ct integer[];
+    v_enqueued_at timestamp with time zone[];
+    v_last_read_at timestamp with time zone[];
+    v_vt timestamp with time zone[];
+    v_message jsonb[];
+    v_headers jsonb[];
+    v_dead      text[];
+    v_dead_ids  bigint[];
     v_i         record;
     v_left      integer := qty;
-    v_got       integer;
     v_retried   boolean;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
@@ -1354,45 +1373,54 @@ BEGIN
         RETURN;
     END IF;
     LOOP
-        v_got := 0;
-        v_retried := false;
-        FOR v_r IN SELECT * FROM pgmq._static_pop_judged(
-                       v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
-                   WHERE NOT v_ranked
-                   UNION ALL
-                   SELECT * FROM pgmq._static_pop_judged_ranked(
-                       v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                   AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                        vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer)
-                   WHERE v_ranked
-        LOOP
-            IF v_r.reason IS NULL THEN
-                -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
-                RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
-                v_got := v_got + 1;
-            ELSIF v_r.reason = 'retry' THEN
-                v_retried := true;  -- settled for a later attempt: it stays
-            ELSE
-                v_dead := v_dead || v_r.reason;
-                v_dead_ids := v_dead_ids || v_r.msg_id;
-            END IF;
-        END LOOP;
+        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
+        -- its rows cost a statement per delivered row)
+        IF v_ranked THEN
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
+                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
+                   coalesce(bool_or(t.reason = 'retry'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+            FROM pgmq._static_pop_judged_ranked(
+                     v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        ELSE
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
+                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
+                   coalesce(bool_or(t.reason = 'retry'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+            FROM pgmq._static_pop_judged(
+                     v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        END IF;
+        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
         -- later rounds skip): the next one meets other rows
-        EXIT WHEN cardinality(v_dead) = 0 AND NOT v_retried;
-        IF cardinality(v_dead) > 0 THEN
+        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
                 PERFORM pgmq._dead_letter(queue_name,
                     ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
                     v_i.reason);
             END LOOP;
-            v_dead := '{}';
-            v_dead_ids := '{}';
         END IF;
-        v_left := v_left - v_got;
+        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
         EXIT WHEN v_left <= 0;
     END LOOP;
 END;
@@ -1697,8 +1725,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -1775,8 +1805,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -1931,8 +1963,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -2008,8 +2042,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -2438,8 +2474,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -2498,8 +2536,10 @@ $path$;',
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
                 WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                          $9, $10)) AS back_at
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
     FROM picked p
     CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
 ), settled AS (
@@ -2577,8 +2617,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -2637,8 +2679,10 @@ $path$;',
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
                 WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                          $9, $10)) AS back_at
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
     FROM picked p
     CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
 ), settled AS (
@@ -2838,8 +2882,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -2897,8 +2943,10 @@ $path$;',
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
                 WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                          $9, $10)) AS back_at
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
     FROM picked p
     CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
 ), settled AS (
@@ -2975,8 +3023,10 @@ BEGIN
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                              $9, $10)) AS back_at
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
         FROM picked p
         CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
     ), settled AS (
@@ -3034,8 +3084,10 @@ $path$;',
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
                 WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
-                          $9, $10)) AS back_at
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
     FROM picked p
     CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
 ), settled AS (
