@@ -3524,16 +3524,17 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
 
--- list_queue_settings: every queue with its delivery settings (defaults where none are set).
+-- list_queue_settings: every queue with its delivery settings (defaults where none are set) and
+-- whether it serves priority order (features/core/functions/priorities.sql.j2).
 CREATE FUNCTION pgmq.list_queue_settings()
-RETURNS TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer)
+RETURNS TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer, priorities boolean)
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 SELECT m.queue_name, coalesce(s.retry_policy, false), s.max_retries, coalesce(s.retry_delay, 0),
        coalesce(s.backoff_factor, 1), s.max_retry_delay, s.dead_letter_queue,
-       coalesce(s.dedup_window, 300), s.message_ttl
+       coalesce(s.dedup_window, 300), s.message_ttl, coalesce(s.priorities, false)
 FROM pgmq.meta m
 LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
 ORDER BY m.queue_name

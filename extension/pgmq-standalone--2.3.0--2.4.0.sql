@@ -186,6 +186,7 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- replace: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
+-- drop-create: pgmq.list_queue_settings() (result changed from TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer) to TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer, priorities boolean))
 -- replace: pgmq._dead_letter(text, bigint[], text, text)
 -- replace: pgmq.redrive(text, text, integer)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
@@ -232,6 +233,8 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- new: pgmq.stream_rewind(text, text, timestamp with time zone)
 -- new: pgmq.stream_rewind(text, text, bigint)
 -- new: pgmq.stream_info(text)
+
+DROP FUNCTION pgmq.list_queue_settings();
 
 CREATE OR REPLACE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
 RETURNS void
@@ -2222,6 +2225,22 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq.list_queue_settings()
+RETURNS TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer, priorities boolean)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT m.queue_name, coalesce(s.retry_policy, false), s.max_retries, coalesce(s.retry_delay, 0),
+       coalesce(s.backoff_factor, 1), s.max_retry_delay, s.dead_letter_queue,
+       coalesce(s.dedup_window, 300), s.message_ttl, coalesce(s.priorities, false)
+FROM pgmq.meta m
+LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+ORDER BY m.queue_name
+$fn$;
+
+COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
 
 CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
 RETURNS bigint

@@ -65,8 +65,8 @@ def test_policy_listing_and_removal(conn, queue):
     conn.execute("""SELECT pgmq.set_retry_policy(queue_name => 'jobs', max_retries => 3, retry_delay => 5,
                     backoff_factor => 2, max_retry_delay => 60, dead_letter_queue => 'dlq')""")
     rows = conn.execute("SELECT * FROM pgmq.list_queue_settings()").fetchall()
-    assert rows == [("dlq", False, None, 0, 1.0, None, None, 300, None),
-                    ("jobs", True, 3, 5, 2.0, 60, "dlq", 300, None)]
+    assert rows == [("dlq", False, None, 0, 1.0, None, None, 300, None, False),
+                    ("jobs", True, 3, 5, 2.0, 60, "dlq", 300, None, False)]
     conn.execute("SELECT pgmq.remove_retry_policy('jobs')")
     assert conn.execute("SELECT retry_policy, max_retries, dead_letter_queue FROM pgmq.list_queue_settings() "
                         "WHERE queue_name = 'jobs'").fetchone() == (False, None, None)

@@ -20,8 +20,7 @@ def indexes(conn, queue: str) -> list[str]:
 
 
 def ranked(conn, queue: str) -> bool:
-    return bool(scalar(conn, "SELECT coalesce((SELECT priorities FROM pgmq.queue_settings "
-                             "WHERE queue_name = %s), false)", (queue,)))
+    return scalar(conn, "SELECT priorities FROM pgmq.list_queue_settings() WHERE queue_name = %s", (queue,))
 
 
 def send_prio(conn, queue: str, prio: int, n: int) -> int:
