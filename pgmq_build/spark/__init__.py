@@ -94,8 +94,15 @@ __all__ = ["PgmqDataSource", "PgmqSparkError", "Finished", "register", "consume"
 
 
 def register(spark) -> None:
-    """Register the "pgmq" data source on this SparkSession (idempotent)."""
+    """Register the "pgmq" data source on this SparkSession (idempotent) and make the session
+    the calling thread's active one. Spark looks a Python data source up for a write
+    (``write.format``, ``writeStream.format``) in the thread's active session only: in a
+    thread other than the one that made the session, such a write fails with
+    DATA_SOURCE_NOT_FOUND until this is called there (publish() calls it)."""
     spark.dataSource.register(PgmqDataSource)
+    jvm = getattr(spark, "_jvm", None)  # classic Spark; Spark Connect has no JVM here
+    if jvm is not None:
+        type(spark)._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
 
 
 def publish(df, *, dsn: str, queue: str | None = None, message: str | None = None,

@@ -9,10 +9,13 @@ import pytest
 pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
 
 import json
+import threading
 import time
 from pathlib import Path
 
 import psycopg
+
+from tests.helpers import run_threads
 
 pytestmark = pytest.mark.spark
 
@@ -179,3 +182,32 @@ def test_exactly_once_sink_across_restart(spark, dsn, make_queue, sql, tmp_path)
     assert sql("SELECT count(*), count(DISTINCT message) FROM pgmq.q_dst") == [(2800, 2800)]
     assert sql("SELECT max(batch_id) FROM pgmq_spark.sink_batches") == [(3,)]
     assert sql("SELECT count(*) FROM pgmq_spark.staging") == [(0,)]
+
+
+def test_writes_from_another_thread_after_register(spark, dsn, make_queue, sql, tmp_path):
+    # Spark looks a Python data source up for a write in the thread's active session only, so
+    # a thread other than the session's (a supervisor restarting a query: the chaos suite's)
+    # got DATA_SOURCE_NOT_FOUND; register(), which publish() calls, makes the session active there
+    from pgmq_build import spark as pgmq_spark
+
+    make_queue("src")
+    make_queue("dst")
+    failures: list[BaseException] = []
+
+    def in_a_thread() -> None:
+        try:
+            pgmq_spark.publish(spark.range(20).withColumnRenamed("id", "n"), dsn=dsn, queue="src")
+            pgmq_spark.register(spark)
+            q = (stream(spark, dsn, "src").select("message").writeStream.format("pgmq")
+                 .option("dsn", dsn).option("queue", "dst")
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination(180)
+            if q.exception() is not None:
+                raise q.exception()
+        except BaseException as exc:  # noqa: BLE001 (reported by the assert below)
+            failures.append(exc)
+
+    run_threads([threading.Thread(target=in_a_thread)])
+    assert [str(getattr(e, "java_exception", e))[:200] for e in failures] == []
+    assert sql("SELECT count(*), count(DISTINCT message) FROM pgmq.q_dst") == [(20, 20)]
