@@ -10,10 +10,13 @@ batch.publish_task and commits a batch with staging.commit_staged."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
@@ -47,6 +50,52 @@ from .snapshot import read_range
 log = logging.getLogger(__name__)
 
 
+def _reconnecting(method: Callable) -> Callable:
+    """For Spark's driver-side calls of a stream reader: when the reader's connection broke
+    since it was last used (the server restarted, the backend was terminated, an idle
+    connection was cut), connect again and run the call once more instead of failing the
+    query. Each of these calls can run twice: offsets are read again, acks and positions are
+    set by range, a position made twice is only one more position."""
+
+    @functools.wraps(method)  # keeps the signature: Spark inspects latestOffset's parameters
+    def call(self: _DriverConnection, *args: Any, **kw: Any) -> Any:
+        try:
+            return method(self, *args, **kw)
+        except psycopg.OperationalError as exc:
+            if self._conn is None or not self._conn.broken:
+                raise
+            log.warning("pgmq stream: the driver's connection broke (%s); connecting again",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+            self._conn.close()
+            self._conn = None
+            return method(self, *args, **kw)
+
+    return call
+
+
+class _DriverConnection:
+    """The one connection a stream reader keeps in Spark's driver for the whole query (made on
+    first use, never pickled to executors)."""
+
+    spec: StreamSpec
+    _conn: psycopg.Connection | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    def _db(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.spec.dsn, autocommit=True)
+        return self._conn
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 @dataclass
 class StreamPartition(InputPartition):
     lo: int  # exclusive
@@ -55,7 +104,7 @@ class StreamPartition(InputPartition):
     include: list[int] = field(default_factory=list)
 
 
-class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream is a log consumer and must be the only consumer of its queue.
 
     A batch (start, end] holds the messages with start.msg_id < msg_id <= end.msg_id plus the
@@ -81,17 +130,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._safe = 0  # the highest high-water mark proven safe so far
         self._target: int | None = None  # Trigger.AvailableNow: never go past this
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_conn"] = None
-        return state
-
     # -- driver side
-
-    def _db(self):
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.spec.dsn, autocommit=True)
-        return self._conn
 
     def _high_water_mark(self) -> int:
         conn = self._db()
@@ -105,6 +144,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      self.spec.queue, self.spec.inflight_wait, self._safe)
         return self._safe
 
+    @_reconnecting
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
         if self.spec.starting == "latest":
             self._initial = Offset(self._high_water_mark())
@@ -117,6 +157,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.spec.max_rows)
         return ReadAllAvailable()
 
+    @_reconnecting
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = self._high_water_mark()
 
@@ -132,6 +173,7 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("pgmq stream %s: %s %d message(s) up to %d", self.spec.queue,
                      self.spec.on_commit + "d", n, upto.msg_id)
 
+    @_reconnecting
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
         begin = Offset.from_json(start) if start is not None else (self._initial or Offset())
         # ``start``'s batch is in Spark's commit log by now: ack it (this is what acks the last
@@ -158,13 +200,9 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                  self.spec.num_partitions)
         return [StreamPartition(lo, hi, ex, inc) for lo, hi, ex, inc in parts]
 
+    @_reconnecting
     def commit(self, end: dict) -> None:
         self._ack(Offset.from_json(end))
-
-    def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     # -- executors
 
@@ -175,7 +213,8 @@ class PgmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   partition.exclude, partition.include)
 
 
-class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class SubscriptionStreamReader(_DriverConnection, DataSourceStreamReader,
+                               SupportsTriggerAvailableNow):
     """``readStream.format("pgmq").option("stream", S).option("subscription", U)``: the query
     consumes subscription U of stream S and must be its only consumer.
 
@@ -200,18 +239,9 @@ class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._at: int | None = None  # the subscription's position as we last set it
         self._target: int | None = None  # Trigger.AvailableNow: never go past this
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_conn"] = None
-        return state
-
     # -- driver side
 
-    def _db(self):
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.spec.dsn, autocommit=True)
-        return self._conn
-
+    @_reconnecting
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
         # a new query starts at the subscription's position (made from startingOffsets when
         # the subscription does not exist yet)
@@ -225,6 +255,7 @@ class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             return ReadMaxRows(self.spec.max_rows)
         return ReadAllAvailable()
 
+    @_reconnecting
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = stream_events.latest(self._db(), self.ref)
 
@@ -235,6 +266,7 @@ class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         log.info("pgmq stream %s: subscription %s at position %s", self.spec.stream,
                  self.spec.subscription, self._at)
 
+    @_reconnecting
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
         begin = int(start["position"]) if start is not None else self._initial
         if begin is None:
@@ -251,17 +283,14 @@ class SubscriptionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return {"position": stream_events.plan_end(conn, self.ref, begin, high, max_rows)}
 
+    @_reconnecting
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return event_partitions(self._db(), self.ref, int(start["position"]), int(end["position"]),
                                 self.spec.num_partitions)
 
+    @_reconnecting
     def commit(self, end: dict) -> None:
         self._commit(int(end["position"]))
-
-    def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     # -- executors
 

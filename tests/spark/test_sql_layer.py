@@ -16,6 +16,7 @@ from pgmq_build.spark import connections, offsets, publishing
 from pgmq_build.spark.errors import PgmqSparkError
 from pgmq_build.spark.offsets import Offset
 from pgmq_build.spark.options import write_spec
+from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -93,3 +94,69 @@ def test_options_are_validated():
                       ["message", "headers", "priority"], streaming=True)
     assert spec.columns.headers is None and spec.columns.priority == "priority"
     assert spec.exactly_once
+
+
+def _terminate(sql, conn) -> None:
+    """End the backend of conn and wait until it is gone (the next use meets a closed socket)."""
+    pid = conn.info.backend_pid
+    sql("SELECT pg_terminate_backend(%s)", pid)
+    wait_for(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid) == [(0,)],
+             what="the terminated backend to exit")
+
+
+def test_a_stream_reader_replaces_its_broken_driver_connection(dsn, info, sql):
+    # a server restart or a terminated backend between two triggers used to fail the query at
+    # the next latestOffset / commit (found by the chaos suite's restart scenario)
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgmq_build.spark.options import stream_spec
+    from pgmq_build.spark.stream import PgmqStreamReader
+
+    reader = PgmqStreamReader(stream_spec({"dsn": dsn, "queue": "s"}))
+    try:
+        start = reader.initialOffset()
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[3]))")
+        first = reader.latestOffset(start, ReadAllAvailable())
+        assert first["msg_id"] == 3
+        _terminate(sql, reader._conn)
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[2]))")
+        # acks the first batch and plans the next on a new connection
+        assert reader.latestOffset(first, ReadAllAvailable())["msg_id"] == 5
+        assert sql("SELECT count(*) FROM pgmq.a_s") == [(3,)]
+        _terminate(sql, reader._conn)
+        reader.commit({"msg_id": 5, "pending": []})
+        assert sql("SELECT count(*) FROM pgmq.q_s") == [(0,)]
+    finally:
+        reader.stop()
+
+
+def test_a_subscription_reader_replaces_its_broken_driver_connection(dsn, sql):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgmq_build.spark.options import stream_spec
+    from pgmq_build.spark.stream import SubscriptionStreamReader
+
+    sql("SELECT pgmq.create_stream('ev')")
+    reader = SubscriptionStreamReader(stream_spec({"dsn": dsn, "stream": "ev",
+                                                   "subscription": "sub"}))
+    try:
+        start = reader.initialOffset()
+        sql("SELECT pgmq.stream_send('ev', '{}')")
+        _terminate(sql, reader._conn)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end["position"] > start["position"]
+        _terminate(sql, reader._conn)
+        reader.commit(end)
+        assert sql("SELECT position FROM pgmq.stream_info('ev')") == [(end["position"],)]
+    finally:
+        reader.stop()
+
+
+def test_spark_still_sees_latest_offsets_parameters():
+    # Spark calls latestOffset(start, limit) only when its signature has them (else the 4.0 way)
+    import inspect
+
+    from pgmq_build.spark.stream import PgmqStreamReader, SubscriptionStreamReader
+
+    for reader in (PgmqStreamReader, SubscriptionStreamReader):
+        assert list(inspect.signature(reader.latestOffset).parameters) == ["self", "start", "limit"]
