@@ -1,5 +1,6 @@
 """The command: run the scenarios (short by default, --long for minutes-long faults), the soak,
-print the report and write it (--out). Exit codes: 0 every check passed, 1 a check failed
+print the report and write it (--out); --spark adds a Spark streaming query to the load (on by
+default with --long; it needs pyspark and java, checked first). Exit codes: 0 every check passed, 1 a check failed
 (lost messages, deliveries beyond the rules, no recovery within the limit), 2 bad options,
 3 nothing failed but a scenario could not run on this machine (the report says why)."""
 
@@ -12,7 +13,7 @@ import shlex
 import sys
 import time
 
-from . import report
+from . import report, spark_query
 from .faults import Unavailable
 from .runner import BY_NAME, SCENARIOS, run_scenario, run_soak
 
@@ -35,8 +36,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "0: no soak)")
     p.add_argument("--out", metavar="PATH",
                    help="write the report as Markdown to PATH and as JSON next to it (.json)")
+    p.add_argument("--spark", action=argparse.BooleanOptionalAction, default=None,
+                   help="add a Spark structured streaming query to the load (local[2]; ~10 s to "
+                        "start, once; needs pyspark and java). Default: on with --long")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = p.parse_args(argv)
+    args.spark = args.long if args.spark is None else args.spark
+    if args.spark and not args.list and (why := spark_query.unavailable()):
+        p.error(f"--spark{' (on with --long)' if args.long else ''}: {why}; or --no-spark")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else names
     unknown = [n for n in only if n not in names]
     if unknown:
@@ -66,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.selected:
         if name == "soak":
             if args.soak_minutes > 0:
-                results.append(run_soak(args.soak_minutes, long=args.long))
+                results.append(run_soak(args.soak_minutes, long=args.long, spark=args.spark))
             continue
         try:
-            results.append(run_scenario(BY_NAME[name], long=args.long))
+            results.append(run_scenario(BY_NAME[name], long=args.long, spark=args.spark))
         except Unavailable as exc:
             print(f"[chaos] {name}: cannot run here: {exc}", file=sys.stderr, flush=True)
             results.append({"name": name, "mode": mode, "unavailable": str(exc), "ok": True})

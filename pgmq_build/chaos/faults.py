@@ -23,17 +23,22 @@ from pgmq_build.cluster import TempCluster
 
 from .load import Load
 
-# The load's clients (not the runner's own connections: chaos-admin-*, chaos-burst).
+# The load's clients (not the runner's own connections: chaos-admin-*, chaos-burst); the
+# Spark connector's connections (its driver's and its tasks') are all named pgmq-spark.
 VICTIMS_SQL = ("SELECT pid, application_name FROM pg_stat_activity WHERE datname = "
                "current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
                "AND (application_name ~ '^chaos-(producer|consumer|client)-' "
-               "OR application_name = 'pgmq-worker')")
-ROLES = ("pgmq-worker", "chaos-consumer", "chaos-producer", "chaos-client")
+               "OR application_name IN ('pgmq-worker', 'pgmq-spark'))")
+ROLES = ("pgmq-worker", "chaos-consumer", "chaos-producer", "chaos-client", "pgmq-spark")
 
 
 def _role(app: str) -> str:
     return next(r for r in ROLES if app.startswith(r))
-QUEUE_TABLES = ("pgmq.q_work", "pgmq.q_jobs", "pgmq.q_client")
+
+
+def roles(load: Load) -> tuple[str, ...]:
+    """The roles the load runs (pgmq-spark only with the Spark query)."""
+    return ROLES if load.spark is not None else ROLES[:-1]
 
 
 @dataclass
@@ -100,11 +105,12 @@ def terminate(ctx: Ctx) -> Fault:
     seconds = ctx.pick(4, 60)
     killed: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
+    order = roles(ctx.load)
     with admin_connection(ctx.dsn) as admin:
         rnd = 0
         while time.monotonic() < deadline:
             # each round a random connection of the next role, so that all of them are hit
-            role = ROLES[rnd % len(ROLES)]
+            role = order[rnd % len(order)]
             rows = [r for r in admin.execute(VICTIMS_SQL).fetchall() if _role(r[1]) == role]
             if rows:
                 pid, _ = ctx.rng.choice(rows)
@@ -157,7 +163,7 @@ def burst(ctx: Ctx) -> Fault:
     with admin_connection(ctx.dsn) as admin:
         rows = admin.execute(VICTIMS_SQL).fetchall()
         victims = [pid for pid, app in rows if app == "pgmq-worker"]
-        for role in ("chaos-consumer", "chaos-producer", "chaos-client"):
+        for role in roles(ctx.load)[1:]:
             victims += [pid for pid, app in rows if app.startswith(role)][:1]
         grabber.start()
         deadline = time.monotonic() + 5
@@ -224,7 +230,8 @@ def timeouts(ctx: Ctx) -> Fault:
     with admin_connection(ctx.dsn) as locker:
         while time.monotonic() < deadline:
             with locker.transaction():
-                locker.execute(f"LOCK TABLE {', '.join(QUEUE_TABLES)} IN EXCLUSIVE MODE")
+                locker.execute(f"LOCK TABLE {', '.join(ctx.load.queue_tables())} "
+                               "IN EXCLUSIVE MODE")
                 locks += 1
                 time.sleep(0.5)
             time.sleep(0.5)

@@ -12,6 +12,12 @@ Three queues, each with a retry policy (``MAX_RETRIES``) and a dead-letter queue
   message's place is the queue, the archive or the dead-letter queue; a handled message
   recorded again after an acknowledgement that did not commit is a redelivery, which its
   rules allow.
+* ``spark`` (only with ``--spark``): a Spark structured streaming query (spark_query.py), the
+  connector's stream source into its exactly-once sink, queue ``spark_done``. The connector
+  documents that pair as exactly-once end to end, so a message's place is ``spark`` (not yet
+  through) or ``spark_done``, once; the source archives what Spark committed into ``a_spark``,
+  a trace rather than a place. No retry policy: the stream source ignores it, and no message
+  for Spark is poison.
 
 A message's payload carries a unique id (``{"id": "p1-42", ...}``). A producer sends and records
 the id in ``chaos.produced`` in one transaction, so a send whose commit status the client could
@@ -32,6 +38,8 @@ import psycopg
 MAX_RETRIES = 3
 QUEUES = ("work", "jobs", "client")
 FINAL_RESULTS = {"work": "chaos.consumed", "jobs": "chaos.handled"}  # one row per message
+SPARK_QUEUE = "spark"
+SPARK_RESULT = "spark_done"  # the Spark query's exactly-once sink: one row per message
 DELIVERED_NOTICE = "chaos-delivered "
 SLOW_SECONDS = 0.3  # a "slow" message's callback sleeps this long (past the worker's timeout)
 
@@ -56,8 +64,9 @@ SCHEMA_SQL = [
 ]
 
 
-def setup(conn: psycopg.Connection, tablespace: str | None = None) -> None:
-    """The schema, the queues (in `tablespace` when given) and the worker's callback."""
+def setup(conn: psycopg.Connection, tablespace: str | None = None, spark: bool = False) -> None:
+    """The schema, the queues (in `tablespace` when given; the Spark query's two with `spark`)
+    and the worker's callback."""
     for stmt in SCHEMA_SQL:
         conn.execute(stmt)
     if tablespace:
@@ -67,6 +76,9 @@ def setup(conn: psycopg.Connection, tablespace: str | None = None) -> None:
         conn.execute("SELECT pgmq.create(%s)", (f"{q}_dlq",))
         conn.execute("SELECT pgmq.set_retry_policy(%s, %s, 0, 1, NULL, %s)",
                      (q, MAX_RETRIES, f"{q}_dlq"))
+    if spark:
+        for q in (SPARK_QUEUE, SPARK_RESULT):
+            conn.execute("SELECT pgmq.create(%s)", (q,))
     if tablespace:
         conn.execute("RESET default_tablespace")
     conn.execute("CALL pgmq.register_callback('jobs', 'chaos.handle(jsonb)')")
@@ -115,6 +127,7 @@ class Verdict:
     unknown_sends: int = 0
     unknown_committed: int = 0
     failed_sends: int = 0
+    spark: dict[str, int] = field(default_factory=dict)  # sent, through, archived, staging_left
     breakdown: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # a few uids per problem
     over_delivered: dict[str, dict] = field(default_factory=dict)  # uid -> what was counted
@@ -132,12 +145,35 @@ def _uids(conn: psycopg.Connection, sql: str) -> Counter[str]:
     return Counter(r[0] for r in conn.execute(sql))
 
 
+def has_spark(conn: psycopg.Connection) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                        (f"pgmq.q_{SPARK_RESULT}",)).fetchone()[0]
+
+
+def _spark_tables(conn: psycopg.Connection) -> tuple[list[str], list[str]]:
+    """The Spark query's places (its queue, its result) and traces (the source's archive)."""
+    if not has_spark(conn):
+        return [], []
+    return [f"q_{SPARK_QUEUE}", f"q_{SPARK_RESULT}"], [f"a_{SPARK_QUEUE}"]
+
+
+def _staging_left(conn: psycopg.Connection) -> int:
+    """Rows the exactly-once sink staged and neither published nor dropped (a batch it never
+    finished: each one Spark runs again drops its earlier attempts' rows)."""
+    if not conn.execute("SELECT to_regclass('pgmq_spark.staging') IS NOT NULL").fetchone()[0]:
+        return 0
+    return conn.execute("SELECT count(*) FROM pgmq_spark.staging").fetchone()[0]
+
+
 def places(conn: psycopg.Connection) -> dict[str, Counter[str]]:
     """Every place a message can be, uid -> how many times it is there."""
     out: dict[str, Counter[str]] = {}
+    spark_places, spark_traces = _spark_tables(conn)
     for q in QUEUES:
         for table in (f"q_{q}", f"a_{q}", f"q_{q}_dlq", f"a_{q}_dlq"):
             out[table] = _uids(conn, f"SELECT message->>'id' FROM pgmq.{table}")
+    for table in spark_places + spark_traces:
+        out[table] = _uids(conn, f"SELECT message->>'id' FROM pgmq.{table}")
     for table in FINAL_RESULTS.values():
         out[table] = _uids(conn, f"SELECT uid FROM {table}")
     out["chaos.client_seen"] = _uids(conn, "SELECT uid FROM chaos.client_seen")
@@ -181,10 +217,14 @@ def check(conn: psycopg.Connection, book: Book, crashed: bool = False) -> Verdic
     for uid in failed & produced.keys():
         problems["failed_but_committed"].append(uid)
     limit = 1 + MAX_RETRIES
+    spark_places, spark_traces = _spark_tables(conn)
     final_tables = [t for q in QUEUES for t in (f"q_{q}", f"a_{q}", f"q_{q}_dlq", f"a_{q}_dlq")]
-    final_tables += list(FINAL_RESULTS.values())
+    final_tables += list(FINAL_RESULTS.values()) + spark_places
+    results_tables = list(FINAL_RESULTS.values()) + spark_places[1:]
+    if spark_places:
+        v.spark = {"sent": 0, "through": 0, "archived": 0, "staging_left": _staging_left(conn)}
     seen_anywhere: set[str] = set()
-    for table in final_tables:
+    for table in final_tables + spark_traces:
         seen_anywhere.update(where[table])
     for uid in seen_anywhere - committed.keys() - set(problems["failed_but_committed"]):
         problems["unknown_origin"].append(uid)  # in a place, but no send of it committed
@@ -193,10 +233,15 @@ def check(conn: psycopg.Connection, book: Book, crashed: bool = False) -> Verdic
         if n == 0:
             problems["lost"].append(uid)
         elif n > 1:
-            results = sum(where[t][uid] for t in FINAL_RESULTS.values())
+            results = sum(where[t][uid] for t in results_tables)
             problems["recorded_twice" if results > 1 else "in_two_places"].append(uid)
         if where[f"q_{q}"][uid]:
             v.left_in_queues += 1
+        if q == SPARK_QUEUE:
+            v.spark["sent"] += 1
+            v.spark["through"] += where[spark_places[1]][uid] > 0
+            v.spark["archived"] += where[spark_traces[0]][uid] > 0
+            continue  # no delivery counts or retry limits: the stream source has none
         if where[f"q_{q}_dlq"][uid]:
             v.dead_lettered += 1
             v.dead_lettered_poison += uid in poison

@@ -1,11 +1,14 @@
 """The load of a chaos scenario: paced producers, transactional consumers, the worker and a
-Client.consume loop, all retrying through faults and writing what they saw into a ledger.Book.
+Client.consume loop, all retrying through faults and writing what they saw into a ledger.Book;
+with Settings.spark also a Spark structured streaming query (spark_query.py, restarted by its
+supervisor when a fault kills it).
 
 Every client connects with ``application_name`` ``chaos-<role>-<n>`` (the worker:
 ``pgmq-worker``), so that faults can pick their victims. A client whose connection breaks
 reconnects with a short backoff; an error the server raised rolls its transaction back and the
 client goes on. Throughput is counted per second in a Meter: messages whose send committed,
-and messages whose consumption committed (consumers, worker callbacks, Client acks).
+and messages whose consumption committed (consumers, worker callbacks, Client acks); the Spark
+query's are apart ('spark_produced', 'spark'), because it consumes in micro-batches.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from psycopg.types.json import Jsonb
 from pgmq_build.client import Client
 from pgmq_build.worker import Worker
 
-from .ledger import DELIVERED_NOTICE, SLOW_SECONDS, Book
+from .ledger import DELIVERED_NOTICE, QUEUES, SLOW_SECONDS, SPARK_QUEUE, Book
 
 VT = 30  # the consumers' lease: never reached, read and delete share a transaction
 CLIENT_VT = 3  # Client.consume acknowledges in another transaction: a lost ack returns soon
 CONNECT_TIMEOUT = 3
+WARM_TIMEOUT = 180.0  # Spark's start on 2 shared cores: measured 10-45 s
+WARM_BACKLOG_SECONDS = 2.0  # the Spark query keeps up: at most this many seconds of its messages
 
 
 @dataclass
@@ -41,6 +46,7 @@ class Settings:
     poison: float = 0.01  # share of messages that always fail
     worker_min: int = 2
     worker_max: int = 3
+    spark: bool = False  # a Spark streaming query on its own queue (spark_query.py)
 
 
 class Meter:
@@ -58,6 +64,10 @@ class Meter:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def total(self, kind: str) -> int:
+        with self._lock:
+            return sum(n for (k, _), n in self._counts.items() if k == kind)
 
     def series(self, kind: str, upto: float) -> list[int]:
         """Counts of whole seconds 0 .. upto-1."""
@@ -78,6 +88,7 @@ class Load:
     slow: float = 0.0  # share of messages for the worker whose callback sleeps (timeouts)
     send_delay: int = 0  # seconds: producers send messages that turn visible later
     worker: Worker | None = None
+    spark: Any = None  # spark_query.SparkQuery, with Settings.spark
     client_crashes: int = 0
     _threads: list[threading.Thread] = field(default_factory=list)
     _rng: random.Random = field(default_factory=lambda: random.Random(7))
@@ -86,6 +97,10 @@ class Load:
 
     def start(self) -> Load:
         s = self.settings
+        if s.spark:  # first: the query is running when the first messages for it come
+            from .spark_query import SparkQuery
+
+            self.spark = SparkQuery(self.dsn, self.meter).start()
         for i in range(s.producers):
             self._spawn(self._produce, f"chaos-producer-{i}", i)
         for i in range(s.consumers):
@@ -98,6 +113,31 @@ class Load:
         self._spawn(self._meter_worker, "chaos-meter")
         return self
 
+    def spark_backlog(self) -> int:
+        """Messages sent to the Spark query (commit returned) and not through it yet."""
+        return self.meter.total("spark_produced") - self.meter.total("spark")
+
+    def wait_warm(self, timeout: float = WARM_TIMEOUT) -> None:
+        """Until every consumer keeps up: the Spark query (its start and first batch take 10-40
+        s on 2 busy cores, while the producers run) has worked off what came meanwhile, so
+        that the pre-fault figures are of a running query, not of one catching up."""
+        if self.spark is None:
+            return
+        caught_up = WARM_BACKLOG_SECONDS * self.settings.rate / len(self.queues())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.spark.batches and self.spark_backlog() <= caught_up:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Spark query did not catch up within {timeout:g} s (backlog "
+                           f"{self.spark_backlog()}): {self.spark.summary()}")
+
+    def queues(self) -> tuple[str, ...]:
+        return QUEUES + ((SPARK_QUEUE,) if self.settings.spark else ())
+
+    def queue_tables(self) -> tuple[str, ...]:
+        return tuple(f"pgmq.q_{q}" for q in self.queues())
+
     def finish_producing(self) -> None:
         self.stop_producing.set()
 
@@ -106,6 +146,8 @@ class Load:
         self.stop.set()
         if self.worker is not None:
             self.worker.stop(timeout)
+        if self.spark is not None:
+            self.spark.stop(timeout)
         for t in self._threads:
             t.join(timeout)
 
@@ -140,6 +182,7 @@ class Load:
         interval = per_call / (s.rate * share)
         rng = random.Random(i)
         seq = 0
+        queues = self.queues()
         due = time.monotonic()
         conn = None
         while not self.stop_producing.is_set():
@@ -152,13 +195,13 @@ class Load:
                 conn = self._connect(name, "producer")
                 if conn is None:
                     break
-            queue = ("work", "jobs", "client")[seq % 3]
+            queue = queues[seq % len(queues)]
             uids, payloads = [], []
             for _ in range(per_call):
                 seq += 1
                 uid = f"p{i}-{seq}"
                 msg: dict[str, Any] = {"id": uid}
-                if rng.random() < s.poison:
+                if queue != SPARK_QUEUE and rng.random() < s.poison:
                     msg["poison"] = True
                 elif queue == "jobs" and self.slow and rng.random() < self.slow:
                     msg["slow"] = SLOW_SECONDS  # fails every time: the worker times out
@@ -170,6 +213,8 @@ class Load:
             outcome = self._send(conn, queue, uids, payloads, self.send_delay)
             if outcome == "acked":
                 self.meter.add("produced", len(uids))
+                if queue == SPARK_QUEUE:
+                    self.meter.add("spark_produced", len(uids))
             self.book.sent(uids, queue, outcome)
             if conn.broken or stuck(conn):
                 conn.close()

@@ -1,6 +1,6 @@
 """The chaos report: one row per scenario (faults injected, messages checked, lost, delivered
-beyond the rules, redeliveries, recovery seconds), printed as text and written as Markdown and
-JSON."""
+beyond the rules, redeliveries, recovery seconds, the Spark query when it ran), printed as text
+and written as Markdown and JSON."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import os
 import platform
 from pathlib import Path
 
-from .ledger import MAX_RETRIES
+from .ledger import MAX_RETRIES, SPARK_QUEUE, SPARK_RESULT
 from .runner import RECOVERY_LIMIT, RECOVERY_RUN, RECOVERY_TOLERANCE
+from .spark_query import describe
 
 HEADER = ("scenario", "mode", "faults injected", "messages checked", "lost",
-          "beyond rules", "redeliveries", "recovery s", "result")
+          "beyond rules", "redeliveries", "recovery s", "Spark query", "result")
 
 
 def _recovery(r: dict) -> str:
@@ -38,11 +39,12 @@ def rows(results: list[dict]) -> list[tuple[str, ...]]:
     for r in results:
         if r.get("unavailable"):
             out.append((r["name"], r["mode"], f"not run: {r['unavailable']}", "-", "-", "-", "-",
-                        "-", _result(r)))
+                        "-", "-", _result(r)))
             continue
         v = r["ledger"]
         out.append((r["name"], r["mode"], r["faults"], f"{v['checked']:,}", str(v["lost"]),
-                    str(v["beyond_rules"]), str(v["redeliveries"]), _recovery(r), _result(r)))
+                    str(v["beyond_rules"]), str(v["redeliveries"]), _recovery(r),
+                    describe(r.get("spark") or {}), _result(r)))
     return out
 
 
@@ -68,6 +70,8 @@ def _notes(results: list[dict]) -> list[str]:
             bits.append(f"problems {v['breakdown']} e.g. {v['examples']}")
         if r.get("client_consume_restarts"):
             bits.append(f"Client.consume restarted {r['client_consume_restarts']} times")
+        if r.get("spark"):
+            bits.append(_spark_note(r["spark"], v.get("spark") or {}))
         if r["name"] == "xmin" and r.get("bloat"):
             b = r["bloat"]
             q = "pgmq.q_work"
@@ -88,13 +92,39 @@ def _notes(results: list[dict]) -> list[str]:
     return notes
 
 
+def _spark_note(sp: dict, counted: dict) -> str:
+    out = (f"Spark: {counted.get('sent', 0):,} sent to queue {SPARK_QUEUE}, "
+           f"{counted.get('through', 0):,} in {SPARK_RESULT}, {counted.get('archived', 0):,} "
+           f"archived by the source; first batch at {sp['first_batch_s']} s")
+    if sp.get("recovery_seconds"):
+        out += ("; caught up " + _recovery({"recovery_seconds": sp["recovery_seconds"]})
+                + " s after the fault(s)")
+    if sp["restarts"]:
+        why: dict[str, list[float]] = {}
+        for d in sp["deaths"]:
+            why.setdefault(d["error"], []).append(d["at_s"])
+        out += (f"; the query died {sp['restarts']} times and the supervisor restarted it ("
+                + "; ".join(f"{len(at)}x at {', '.join(f'{t:g}' for t in at)} s: {e}"
+                            for e, at in why.items()) + ")")
+        if sp["failed_starts"]:
+            out += f", {sp['failed_starts']} restart(s) failed and were tried again"
+        if sp["replayed_batches"]:
+            out += (f"; {sp['replayed_batches']} batch(es) ({sp['replayed_rows']} messages) run "
+                    "again from the checkpoint, published once by the exactly-once sink")
+    return out
+
+
 RULES = (f"Lost: a message whose send committed (the commit returned, or its id is in "
          f"chaos.produced) found nowhere. Beyond rules: a message in two places, recorded as "
          f"consumed twice, delivered more than 1 + max_retries = {1 + MAX_RETRIES} times, or a "
          f"failed send that committed. Redeliveries: deliveries after the first (poison "
          f"messages' planned retries excluded). Recovery: seconds from the end of each fault "
          f"until {RECOVERY_RUN} seconds in a row produce and consume at least "
-         f"{1 - RECOVERY_TOLERANCE:.0%} of the pre-fault rate (limit {RECOVERY_LIMIT:g} s).")
+         f"{1 - RECOVERY_TOLERANCE:.0%} of the pre-fault rate (limit {RECOVERY_LIMIT:g} s), "
+         f"and the Spark query, when it runs, has caught up (its backlog at most its pre-fault "
+         f"peak plus one second of its messages). Spark: its source and the exactly-once sink "
+         f"are exactly-once end to end, so a message sent to {SPARK_QUEUE} must be in "
+         f"{SPARK_QUEUE} or, once, in {SPARK_RESULT}.")
 
 
 def text(results: list[dict]) -> str:

@@ -119,3 +119,43 @@ def test_over_the_limit_by_the_clients_count_only_is_told_apart_after_a_crash(co
     assert v.ok and v.uncounted_after_crash == 1 and v.beyond_rules == 0
     conn.execute("UPDATE chaos.consumed SET read_ct = 5")  # the server's own count over: strict
     assert ledger.check(conn, book, crashed=True).breakdown == {"over_delivered": 1}
+
+
+@pytest.fixture
+def spark_book(conn: psycopg.Connection) -> ledger.Book:
+    ledger.setup(conn, spark=True)
+    return ledger.Book()
+
+
+def through_spark(conn, uid: str, msg_id: int, copies: int = 1) -> None:
+    """What the Spark query does: publish into spark_done (exactly once), archive the source."""
+    for _ in range(copies):
+        conn.execute("SELECT pgmq.send('spark_done', %s)", (Jsonb({"id": uid}),))
+    conn.execute("SELECT pgmq.archive('spark', %s::bigint)", (msg_id,))
+
+
+def test_the_spark_query_must_publish_each_message_once(conn, spark_book):
+    book = spark_book
+    through_spark(conn, "once", send(conn, book, "spark", "once"))
+    send(conn, book, "spark", "waiting")  # not through yet: still a place
+    v = ledger.check(conn, book)
+    assert v.ok and v.spark == {"sent": 2, "through": 1, "archived": 1, "staging_left": 0}
+    assert v.left_in_queues == 1 and v.redeliveries == 0
+
+    through_spark(conn, "twice", send(conn, book, "spark", "twice"), copies=2)
+    m = send(conn, book, "spark", "archived-unpublished")
+    conn.execute("SELECT pgmq.archive('spark', %s::bigint)", (m,))  # the archive is no place
+    m = send(conn, book, "spark", "published-not-acked")
+    conn.execute("SELECT pgmq.send('spark_done', %s)", (Jsonb({"id": "published-not-acked"}),))
+    conn.execute("SELECT pgmq.send('spark_done', %s)", (Jsonb({"id": "from-nowhere"}),))
+    v = ledger.check(conn, book)
+    assert v.examples["lost"] == ["archived-unpublished"]
+    assert v.breakdown == {"recorded_twice": 1, "in_two_places": 1, "unknown_origin": 1}
+    assert v.examples["recorded_twice"] == ["twice"]
+    assert v.examples["in_two_places"] == ["published-not-acked"]
+
+
+def test_without_spark_the_ledger_has_no_spark_places(conn, book):
+    consume(conn, book, "a", send(conn, book, "work", "a"))
+    assert "q_spark_done" not in ledger.places(conn)
+    assert ledger.check(conn, book).spark == {}
