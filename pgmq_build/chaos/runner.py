@@ -49,7 +49,6 @@ class Scenario:
     dsn_options: dict[str, str] = field(default_factory=dict)
     small_fs_mb: int = 0  # > 0: the queues live in a tablespace on a tmpfs of this size
     crashes: bool = False  # stops the server with -m immediate (see ledger.check)
-    spark: bool = True  # with --spark, the Spark query is part of this scenario's load
 
 
 SCENARIOS = [
@@ -228,10 +227,10 @@ def _spark_words(load: Load) -> str:
 
 def run_scenario(sc: Scenario, long: bool = False, settings: Settings | None = None,
                  log: Callable[[str], None] = _log, spark: bool = False) -> dict:
-    """spark: the Spark query joins the load, where the scenario has it (Scenario.spark)."""
+    """spark: the Spark query joins the load (every scenario has room for it)."""
     timing = Timing.of(long)
     t_start = time.monotonic()
-    settings = _with_spark(settings, spark and sc.spark)
+    settings = _with_spark(settings, spark)
     log(f"{sc.name}: {sc.title} ({'long' if long else 'short'}"
         f"{', with Spark' if settings.spark else ''})")
     with _server(sc.cluster_settings, sc.small_fs_mb, settings.spark) as (cluster, dsn, space):
