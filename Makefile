@@ -66,7 +66,8 @@ bench-steady: deps
 	$(BUILD_PY) -m pgmq_build.bench steady $(STEADY_ARGS)
 
 # The fault suite (pgmq_build/chaos): short scenarios and a 1-minute soak on throwaway servers;
-# CHAOS_ARGS="--long --out chaos.md" for minutes-long faults and a 60-minute soak.
+# CHAOS_ARGS="--long --out chaos.md" for minutes-long faults and a 60-minute soak (with the Spark
+# streaming query; "--spark" adds it to the short run).
 chaos: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.chaos $(CHAOS_ARGS)

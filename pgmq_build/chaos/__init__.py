@@ -1,8 +1,9 @@
 """The fault suite: ``python3 -m pgmq_build.chaos [--long] [--only NAME,...] [--soak MINUTES]
-[--out PATH]`` (`make chaos`).
+[--spark] [--out PATH]`` (`make chaos`).
 
 Scenarios (runner.SCENARIOS) run producers, consumers, the worker and a Client.consume loop
-(load.py) against a throwaway server, inject one kind of fault (faults.py), and check the
+(load.py), with --spark also a Spark streaming query kept running by a supervisor
+(spark_query.py), against a throwaway server, inject one kind of fault (faults.py), and check the
 ledger (ledger.py): every produced message in exactly one place, none delivered beyond its
 retry limit, throughput back within 10 % of the pre-fault rate. The soak (runner.run_soak)
 repeats faults under steady load and samples table sizes and dead tuples (sampler.py). The

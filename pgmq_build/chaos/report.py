@@ -107,7 +107,8 @@ def _spark_note(sp: dict, counted: dict) -> str:
                 + "; ".join(f"{len(at)}x at {', '.join(f'{t:g}' for t in at)} s: {e}"
                             for e, at in why.items()) + ")")
         if sp["failed_starts"]:
-            out += f", {sp['failed_starts']} restart(s) failed and were tried again"
+            out += (f", {sp['failed_starts']} restart(s) failed and were tried again ("
+                    + "; ".join(f"{n}x {e}" for e, n in sp["start_errors"].items()) + ")")
         if sp["replayed_batches"]:
             out += (f"; {sp['replayed_batches']} batch(es) ({sp['replayed_rows']} messages) run "
                     "again from the checkpoint, published once by the exactly-once sink")

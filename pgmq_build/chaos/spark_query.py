@@ -224,8 +224,8 @@ class SparkQuery:
                     self._query = self._start_query()
                 except Exception as exc:  # it could not even start: again after the backoff
                     self.failed_starts += 1
-                    self.start_errors[short_error(exc)] = self.start_errors.get(
-                        short_error(exc), 0) + 1
+                    why = short_error(exc)
+                    self.start_errors[why] = self.start_errors.get(why, 0) + 1
                     backoff = min(max(backoff * 2, 0.5), BACKOFF_MAX)
 
 
