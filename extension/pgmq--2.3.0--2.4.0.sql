@@ -160,6 +160,7 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- replace: pgmq.pop(text, integer)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_path_tree(text[], text[], text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
@@ -181,8 +182,12 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- new: pgmq._drop_stream_for(text)
 -- new: pgmq.drop_stream(text)
 -- new: pgmq.list_streams()
+-- new: pgmq._stream_append(text, jsonb[], jsonb[])
 -- new: pgmq.stream_send(text, jsonb, jsonb)
 -- new: pgmq.stream_send_batch(text, jsonb[], jsonb[])
+-- new: pgmq._rebuild_stream_paths()
+-- new: pgmq._heal_stream_paths(text)
+-- new: pgmq._streams_changed()
 -- new: pgmq._stream_privilege(text, text)
 -- new: pgmq._stream_tick(text)
 -- new: pgmq._stream_maintain(text)
@@ -579,6 +584,26 @@ BEGIN
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_path_tree(names text[], branches text[], key text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_n   integer := coalesce(cardinality(names), 0);
+    v_mid integer := v_n / 2 + 1;
+BEGIN
+    IF v_n <= 4 THEN
+        RETURN coalesce((SELECT string_agg(format(E'IF %s OPERATOR(pg_catalog.=) %L THEN\n%s\nEND IF;', key, t.name, t.branch), E'\n' ORDER BY t.o)
+                         FROM unnest(names, branches) WITH ORDINALITY AS t(name, branch, o)), '');
+    END IF;
+    RETURN format(E'IF %s OPERATOR(pg_catalog.<) %L COLLATE pg_catalog."C" THEN\n%s\nELSE\n%s\nEND IF;', key, names[v_mid],
+                  pgmq._static_path_tree(names[1:v_mid - 1], branches[1:v_mid - 1], key),
+                  pgmq._static_path_tree(names[v_mid:], branches[v_mid:], key));
 END;
 $fn$;
 
@@ -3143,6 +3168,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
             MESSAGE = format('stream "%s" conflicts with an existing table pgmq.%s', stream_name, v_parent);
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '_seq');
     EXECUTE format(
         $q$CREATE TABLE pgmq.%I (
@@ -3223,6 +3249,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('must be owner of stream "%s"', stream_name);
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
     EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '_seq');
     DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
@@ -3267,24 +3294,45 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.list_streams() IS 'Every stream with its settings, current segment and size.';
 
-CREATE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
-RETURNS bigint
+CREATE FUNCTION pgmq._stream_append(stream_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_seg bigint;
-    v_id  bigint;
 BEGIN
-    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = stream_send.stream_name;
+    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = _stream_append.stream_name;
     IF NOT FOUND THEN
         PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
     END IF;
-    EXECUTE format('INSERT INTO pgmq.%I (message, headers) VALUES ($1, $2) RETURNING ev_id',
-                   pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
-    INTO v_id USING msg, headers;
+    RETURN QUERY EXECUTE format(
+        $q$WITH ins AS (
+               INSERT INTO pgmq.%I (message, headers)
+               SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
+               RETURNING ev_id)
+           SELECT ev_id FROM ins ORDER BY ev_id$q$,
+        pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
+    USING msgs, headers;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_id pg_catalog.int8;
+BEGIN
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    SELECT a INTO v_id FROM pgmq._stream_append($1, ARRAY[$2], ARRAY[$3]) AS a;
     RETURN v_id;
 END;
 $fn$;
@@ -3298,7 +3346,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_seg bigint;
+    v_id pg_catalog.int8;
 BEGIN
     IF msgs IS NULL OR cardinality(msgs) = 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'msgs cannot be NULL or empty';
@@ -3307,23 +3355,145 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('headers must have as many elements as msgs (%s, not %s)', cardinality(msgs), cardinality(headers));
     END IF;
-    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = stream_send_batch.stream_name;
-    IF NOT FOUND THEN
-        PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    headers := coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
     END IF;
-    RETURN QUERY EXECUTE format(
-        $q$WITH ins AS (
-               INSERT INTO pgmq.%I (message, headers)
-               SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
-               RETURNING ev_id)
-           SELECT ev_id FROM ins ORDER BY ev_id$q$,
-        pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
-    USING msgs, coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
+    RETURN QUERY SELECT * FROM pgmq._stream_append($1, $2, $3);
 END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[]) IS 'Append many events to a stream in one statement; ev_ids come back in array order.';
+
+CREATE FUNCTION pgmq._rebuild_stream_paths()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names text[];
+    v_tables text[];
+    v_sql text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM pgmq.streams s FOR SHARE;
+    END IF;
+    SELECT coalesce(array_agg(n.stream_name ORDER BY n.stream_name COLLATE "C"), '{}'),
+           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || (n.current_segment % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
+    INTO v_names, v_tables
+    FROM (SELECT s.stream_name::text, s.current_segment FROM pgmq.streams s
+          ORDER BY s.stream_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $path$
+DECLARE
+    v_id pg_catalog.int8;
+BEGIN
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    SELECT a INTO v_id FROM pgmq._stream_append($1, ARRAY[$2], ARRAY[$3]) AS a;
+    RETURN v_id;
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (message, headers) VALUES ($2, $3) RETURNING ev_id
+INTO v_id;
+RETURN v_id;', t.name) FROM unnest(v_tables) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[] DEFAULT NULL::jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_id pg_catalog.int8;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = ''invalid_parameter_value'', MESSAGE = ''msgs cannot be NULL or empty'';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION USING ERRCODE = ''invalid_parameter_value'',
+            MESSAGE = format(''headers must have as many elements as msgs (%s, not %s)'', cardinality(msgs), cardinality(headers));
+    END IF;
+    headers := coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._stream_append($1, $2, $3);
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH ins AS (
+    INSERT INTO pgmq.%I (message, headers)
+    SELECT t.msg, t.hdr FROM unnest($2, $3) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
+    RETURNING ev_id
+)
+SELECT ev_id FROM ins ORDER BY ev_id;
+RETURN;', t.name) FROM unnest(v_tables) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_stream_paths() FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_stream_paths() TO PUBLIC;
+
+CREATE FUNCTION pgmq._heal_stream_paths(stream_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _heal_stream_paths.stream_name)
+       AND pg_try_advisory_xact_lock(hashtext('pgmq.stream_paths')) THEN
+        PERFORM pgmq._rebuild_stream_paths();
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._streams_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF EXISTS (SELECT 1 FROM old_rows o JOIN new_rows n ON n.stream_name = o.stream_name
+                   WHERE n.current_segment <> o.current_segment) THEN
+            PERFORM pgmq._rebuild_stream_paths();
+        END IF;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM new_rows) THEN
+            PERFORM pgmq._rebuild_stream_paths();
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM old_rows) THEN
+        PERFORM pgmq._rebuild_stream_paths();
+    END IF;
+    RETURN NULL;
+END;
+$fn$;
 
 CREATE FUNCTION pgmq._stream_privilege(stream_name text, privilege text)
 RETURNS boolean
@@ -3385,15 +3555,24 @@ DECLARE
     v_table  text;
     v_bytes  bigint;
     v_oldest timestamptz;
+    v_rotate boolean := false;
 BEGIN
+    -- the paths' lock before the stream's row (_macros/stream.sql.j2, lock_stream_paths)
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND EXISTS (SELECT 1 FROM pgmq.streams s
+                   JOIN pgmq.stream_segments g ON g.stream_name = s.stream_name AND g.segment = s.current_segment
+                   WHERE s.stream_name = _stream_maintain.stream_name
+                     AND g.opened_at <= clock_timestamp() - s.rotation_period) THEN
+        v_rotate := pg_try_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    END IF;
     SELECT * INTO v_s FROM pgmq.streams s WHERE s.stream_name = _stream_maintain.stream_name
     FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF (SELECT g.opened_at FROM pgmq.stream_segments g
-        WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment)
-       <= clock_timestamp() - v_s.rotation_period THEN
+    IF v_rotate AND (SELECT g.opened_at FROM pgmq.stream_segments g
+                     WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment)
+                    <= clock_timestamp() - v_s.rotation_period THEN
         UPDATE pgmq.stream_segments g SET closed_at = clock_timestamp(), closed_snapshot = pg_current_snapshot()
         WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment;
         EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
@@ -3489,6 +3668,9 @@ BEGIN
     FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
                   WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
                   ORDER BY s.stream_name LOOP
+        -- skip a stream that is being created or dropped (its sequence may be gone by now)
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('pgmq.stream_' || v_name));
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
         IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(v_name, 's') || '_seq')::regclass), 0)
            > (SELECT t.last_ev_id FROM pgmq.stream_ticks t WHERE t.stream_name = v_name
               ORDER BY t.tick_id DESC LIMIT 1) THEN
@@ -3839,3 +4021,11 @@ CREATE POLICY stream_batches_update ON pgmq.stream_batches FOR UPDATE
 USING (pgmq._stream_privilege(stream_name, 'SELECT')) WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
 CREATE POLICY stream_batches_delete ON pgmq.stream_batches FOR DELETE
 USING (pgmq._stream_privilege(stream_name, 'SELECT'));
+
+
+CREATE TRIGGER streams_added AFTER INSERT ON pgmq.streams
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
+CREATE TRIGGER streams_removed AFTER DELETE ON pgmq.streams
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
+CREATE TRIGGER streams_rotated AFTER UPDATE ON pgmq.streams
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();

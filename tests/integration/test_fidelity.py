@@ -587,7 +587,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # _run_partition_maintenance): they are the outer functions' work, and called directly they
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
-              "_run_partition_maintenance", "_queues_changed"}
+              "_run_partition_maintenance", "_queues_changed", "_streams_changed"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -801,6 +801,8 @@ SELECT pgmq._stream_privilege('st', 'SELECT')
 SELECT pgmq.subscribe('st', 's1', 'earliest'), pgmq.subscribe('st', 's2')
 SELECT pgmq.stream_send('st', '{}')
 SELECT * FROM pgmq.stream_send_batch('st', ARRAY['{}']::jsonb[])
+SELECT * FROM pgmq._stream_append('st', ARRAY['{}']::jsonb[], ARRAY[NULL]::jsonb[])
+SELECT pgmq._rebuild_stream_paths(), pgmq._heal_stream_paths('st')
 SELECT pgmq._stream_tick('st')
 SELECT * FROM pgmq.stream_read('st', 's1')
 SELECT * FROM pgmq._stream_events('st', 0, pg_current_snapshot(), pg_current_snapshot())

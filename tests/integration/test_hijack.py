@@ -393,4 +393,4 @@ def test_unpinned_routines_qualify_every_name():
     gets a look."""
     unpinned = sorted({e.name for e in surface.current() if e.policy.unpinned_reason})
     assert unpinned == ["convert_archive_partitioned", "create_partitioned", "dispatch", "register_callback",
-                        "run_partition_maintenance", "unregister_callback"]
+                        "run_partition_maintenance", "stream_send", "unregister_callback"]
