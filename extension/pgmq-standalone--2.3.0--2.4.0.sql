@@ -173,6 +173,20 @@ CREATE SEQUENCE pgmq.stream_tick_seq;
 -- Streams, segments and ticks are written by our SECURITY DEFINER routines only;
 -- subscriptions and batches by their readers (row security: features/access/policies.sql.j2).
 GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
+CREATE TABLE pgmq.stream_bindings (
+    exchange_name  text NOT NULL
+        CONSTRAINT stream_bindings_exchange_fk
+            REFERENCES pgmq.exchanges (exchange_name) ON DELETE CASCADE,
+    stream_name    VARCHAR NOT NULL
+        CONSTRAINT stream_bindings_stream_fk
+            REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
+    binding_key    text,
+    arguments      jsonb,
+    compiled_regex text GENERATED ALWAYS AS (pgmq._topic_regex(binding_key)) STORED,
+    bound_at       TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+    CONSTRAINT stream_bindings_unique UNIQUE NULLS NOT DISTINCT (exchange_name, binding_key, stream_name)
+);
+CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
@@ -188,16 +202,17 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
+-- drop-create: pgmq._route(text, text, jsonb) (result changed from SETOF text to TABLE(queue_name text, stream_name text))
+-- replace: pgmq.drop_exchange(name, boolean)
+-- drop-create: pgmq.list_exchange_bindings(text) (result changed from TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone) to TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone, stream_name text))
+-- replace: pgmq._bind(text, text, text)
+-- drop-create: pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone) (result changed from TABLE(queue_name text, msg_id bigint) to TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint))
+-- drop-create: pgmq.publish(text, text, jsonb, jsonb, integer) (result changed from TABLE(queue_name text, msg_id bigint) to TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint))
+-- drop-create: pgmq.test_exchange_routing(text, text, jsonb) (result changed from TABLE(queue_name text) to TABLE(queue_name text, stream_name text))
+-- replace: pgmq.send_topic(text, jsonb, jsonb, integer)
+-- replace: pgmq.send_batch_topic(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq._dispatch_one(text)
 -- new: pgmq._check_headers(jsonb)
--- new: pgmq.pause(text)
--- new: pgmq.resume(text)
--- new: pgmq._count_rows(text)
--- new: pgmq._count_messages(text)
--- new: pgmq._queue_metrics_of(text)
--- new: pgmq.queue_metrics(text)
--- new: pgmq.browse(text, bigint, integer, boolean)
--- new: pgmq.move_messages(text, text, integer)
 -- new: pgmq._create_stream_for(text, interval, interval, bigint, boolean)
 -- new: pgmq.create_stream(text, interval, interval, bigint, boolean)
 -- new: pgmq._drop_stream_for(text)
@@ -223,6 +238,26 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- new: pgmq.stream_rewind(text, text, timestamp with time zone)
 -- new: pgmq.stream_rewind(text, text, bigint)
 -- new: pgmq.stream_info(text)
+-- new: pgmq.bind_stream(text, text, text)
+-- new: pgmq.unbind_stream(text, text, text)
+-- new: pgmq.pause(text)
+-- new: pgmq.resume(text)
+-- new: pgmq._count_rows(text)
+-- new: pgmq._count_messages(text)
+-- new: pgmq._queue_metrics_of(text)
+-- new: pgmq.queue_metrics(text)
+-- new: pgmq.browse(text, bigint, integer, boolean)
+-- new: pgmq.move_messages(text, text, integer)
+
+DROP FUNCTION pgmq.test_exchange_routing(text, text, jsonb);
+
+DROP FUNCTION pgmq.publish(text, text, jsonb, jsonb, integer);
+
+DROP FUNCTION pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone);
+
+DROP FUNCTION pgmq.list_exchange_bindings(text);
+
+DROP FUNCTION pgmq._route(text, text, jsonb);
 
 CREATE FUNCTION pgmq._check_headers(headers jsonb)
 RETURNS void
@@ -2726,443 +2761,6 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
 
-CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
-RETURNS text
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_registrant name;
-    v_runner     text;
-    v_fn         regprocedure;
-    v_msg        pgmq.message_record;
-    v_error      text;
-BEGIN
-    SELECT c.registrant INTO v_registrant
-    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
-    END IF;
-    -- The callback runs as its registrant, through the registrant's runner: only a dispatcher
-    -- that may act as that role runs it, and only through an unaltered runner. Checked before a
-    -- message is claimed, so a refusal counts no attempt.
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-       OR NOT pg_catalog.pg_has_role(current_user, v_registrant, 'MEMBER') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of queue "%s", registered by role "%s"',
-                             current_user, queue_name, v_registrant),
-            HINT = 'Callbacks run with their registrant''s rights: dispatch as that role, or as a member of it.';
-    END IF;
-    v_runner := '_callback_as_' || md5(v_registrant);
-    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef
-          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (its owner dropped it) or altered by its owner
-        PERFORM pgmq._prove_caller();
-        PERFORM pgmq._make_callback_runner(v_registrant);
-        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    END IF;
-    IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of role "%s"', current_user, v_registrant);
-    END IF;
-
-    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
-    IF v_msg.msg_id IS NULL THEN
-        RETURN NULL;
-    END IF;
-    BEGIN
-        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
-        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
-        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
-        VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
-        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
-        RETURN 'failed';
-    END;
-    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
-    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
-    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
-    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
-    VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
-    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded + 1;
-    RETURN 'done';
-END;
-$fn$;
-
-CREATE FUNCTION pgmq.pause(queue_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_changed boolean;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
-    END IF;
-    IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
-    VALUES (pause.queue_name, true)
-    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
-    RETURNING true INTO v_changed;
-    RETURN coalesce(v_changed, false);
-END;
-$fn$;
-
-COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
-
-CREATE FUNCTION pgmq.resume(queue_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_changed boolean;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
-    END IF;
-    IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    UPDATE pgmq.queue_settings s SET paused = false
-    WHERE s.queue_name = resume.queue_name AND s.paused
-    RETURNING true INTO v_changed;
-    RETURN coalesce(v_changed, false);
-END;
-$fn$;
-
-COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
-
-CREATE FUNCTION pgmq._count_rows(table_name text, OUT row_count bigint, OUT estimated boolean)
-RETURNS record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_rel   regclass := to_regclass(format('pgmq.%I', table_name));
-    v_pages double precision;
-    v_pct   double precision;
-BEGIN
-    IF v_rel IS NULL THEN
-        RETURN;
-    END IF;
-    v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
- FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-       UNION ALL
-       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    estimated := v_pages > 640;
-    IF NOT estimated THEN
-        EXECUTE format('SELECT count(*) FROM pgmq.%I', table_name) INTO row_count;
-    ELSE
-        row_count := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-                                             UNION ALL
-                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-        IF row_count = 0 THEN  -- statistics lost (crash): a sample
-            v_pct := 100.0 * 200 / v_pages;
-            EXECUTE format('SELECT (count(*) * 100 / $1)::bigint FROM pgmq.%I TABLESAMPLE SYSTEM ($1)', table_name)
-            INTO row_count USING v_pct;
-        END IF;
-    END IF;
-END;
-$fn$;
-
-CREATE FUNCTION pgmq._count_messages(table_name text, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean)
-RETURNS record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_rel    regclass := format('pgmq.%I', table_name)::regclass;
-    v_pages  double precision := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
- FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-       UNION ALL
-       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    v_pct    double precision;
-    v_hidden bigint;
-    v_span   bigint;
-    v_sample record;
-BEGIN
-    estimated := v_pages > 640;
-    IF NOT estimated THEN
-        EXECUTE format(
-            $q$SELECT count(*),
-                      count(*) FILTER (WHERE vt > now() AND read_ct > 0),
-                      count(*) FILTER (WHERE vt > now() AND read_ct = 0)
-               FROM pgmq.%I$q$, table_name)
-        INTO depth, in_flight, delayed;
-        RETURN;
-    END IF;
-    depth := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-                                             UNION ALL
-                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    -- the hidden ones exactly while they are few (ORDER BY vt: the vt index, stopping early)
-    EXECUTE format(
-        $q$SELECT count(*), count(*) FILTER (WHERE read_ct > 0)
-           FROM (SELECT read_ct FROM pgmq.%I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, table_name)
-    INTO v_hidden, in_flight
-    USING 10000 + 1;
-    delayed := v_hidden - in_flight;
-    IF depth = 0 OR v_hidden > 10000 THEN
-        -- statistics lost (crash), or many hidden messages: a sample
-        v_pct := 100.0 * 200 / v_pages;
-        EXECUTE format(
-            $q$SELECT (count(*) * 100 / $1)::bigint AS depth,
-                      count(*) FILTER (WHERE vt > now() AND read_ct > 0) AS in_flight,
-                      count(*) FILTER (WHERE vt > now() AND read_ct = 0) AS delayed
-               FROM pgmq.%I TABLESAMPLE SYSTEM ($1)$q$, table_name)
-        INTO v_sample
-        USING v_pct;
-        IF depth = 0 THEN
-            depth := v_sample.depth;
-        END IF;
-        IF v_hidden > 10000 AND v_sample.depth > 0 THEN
-            -- the sample's split of the whole (its depth is scaled, its parts are not)
-            in_flight := (depth * v_sample.in_flight * 100 / v_pct / v_sample.depth)::bigint;
-            delayed := (depth * v_sample.delayed * 100 / v_pct / v_sample.depth)::bigint;
-        END IF;
-    END IF;
-    -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
-    -- that already counted its rows): never more than the msg_ids between the lowest and highest
-    EXECUTE format(
-        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
-                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
-    INTO v_span;
-    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
-END;
-$fn$;
-
-CREATE FUNCTION pgmq._queue_metrics_of(queue_name text)
-RETURNS pgmq.queue_metrics_record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
-    v_atable  text := pgmq._format_table_name(queue_name, 'a');
-    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
-    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
-    v_now     timestamptz := clock_timestamp();
-    v_set     record;
-    v_msgs    record;
-    v_ages    record;
-    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
-    v_dlq_n   bigint;
-    v_archive record;
-    v_sizes   record;
-    v_part    record;
-    v_default bigint;
-    v_est     boolean;
-    v_cb      record;
-BEGIN
-    -- a dead-letter queue counts while the retry policy that names it is in force
-    SELECT coalesce(bool_or(s.paused), false) AS paused,
-           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
-    INTO v_set
-    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
-
-    v_msgs := pgmq._count_messages(v_qtable);
-    v_est := v_msgs.estimated;
-
-    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
-    EXECUTE format(
-        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
-                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
-        v_qtable)
-    INTO v_ages
-    USING v_now;
-
-    IF v_set.dead_letter_queue IS NOT NULL THEN
-        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
-        v_dlq_n := v_dlq.row_count;
-        v_est := v_est OR v_dlq.estimated;
-    END IF;
-    v_archive := pgmq._count_rows(v_atable);
-    v_est := v_est OR coalesce(v_archive.estimated, false);
-
-    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
-           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
-           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
-                                                              UNION ALL
-                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
-    INTO v_sizes
-    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
-          UNION ALL
-          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
-
-    -- default partitions (pg_partman's <table>_default) of the queue and its archive
-    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
-        v_default := 0;
-        FOR v_part IN
-            SELECT c.relname::text AS relname
-            FROM pg_catalog.pg_class c
-            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
-              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
-                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
-        LOOP
-            v_dlq := pgmq._count_rows(v_part.relname);
-            v_default := v_default + coalesce(v_dlq.row_count, 0);
-            v_est := v_est OR v_dlq.estimated;
-        END LOOP;
-    END IF;
-
-    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
-           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
-    INTO v_cb
-    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
-                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
-    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
-    GROUP BY c.registered;
-
-    RETURN (queue_name, v_set.paused, v_msgs.depth,
-            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
-            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
-            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
-            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
-            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
-END;
-$fn$;
-
-CREATE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
-RETURNS SETOF pgmq.queue_metrics_record
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF queue_name IS NOT NULL THEN
-        PERFORM pgmq._format_table_name(queue_name, 'q');
-        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
-        END IF;
-        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied for queue "%s"', queue_name);
-        END IF;
-    END IF;
-    RETURN QUERY
-    SELECT r.*
-    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
-          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
-            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
-          OFFSET 0) q  -- OFFSET 0: filter before measuring
-    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
-    ORDER BY q.name;
-END;
-$fn$;
-
-COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
-
-CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
-RETURNS SETOF pgmq.message_record
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM pgmq._format_table_name(queue_name, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
-    END IF;
-    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
-    END IF;
-    RETURN QUERY EXECUTE format(
-        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-           FROM pgmq.%I
-           WHERE msg_id > $1
-           ORDER BY msg_id
-           LIMIT $2$q$,
-        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
-    USING coalesce(after_msg_id, 0), qty;
-END;
-$fn$;
-
-COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
-
-CREATE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_count bigint;
-BEGIN
-    PERFORM pgmq._format_table_name(source_queue, 'q');
-    PERFORM pgmq._format_table_name(target_queue, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
-    END IF;
-    IF source_queue = target_queue THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'source_queue and target_queue must differ';
-    END IF;
-    IF max_messages < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
-    END IF;
-    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
-               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
-                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
-        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
-                             move_messages.target_queue,
-                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
-                             move_messages.source_queue,
-                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
-    END IF;
-    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
-               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
-        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
-    END IF;
-    -- One statement: a message is always in exactly one of the two queues.
-    EXECUTE format(
-        $q$WITH picked AS (
-            SELECT msg_id FROM pgmq.%1$I
-            WHERE vt <= clock_timestamp()
-            ORDER BY msg_id
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED
-        ), moved AS (
-            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-            RETURNING m.msg_id, m.message, m.headers, m.priority
-        )
-        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
-        SELECT clock_timestamp(), message, headers, priority
-        FROM moved ORDER BY msg_id$q$,
-        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
-    USING max_messages;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
-END;
-$fn$;
-
-COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
-
 CREATE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -4020,6 +3618,802 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention.';
 
+CREATE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
+RETURNS TABLE(queue_name text, stream_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name text := exchange_name;
+    v_type text;
+    v_next text;
+    v_hops integer := 0;
+BEGIN
+    LOOP
+        SELECT e.exchange_type, e.alternate_exchange INTO v_type, v_next
+        FROM pgmq.exchanges e WHERE e.exchange_name = v_name;
+        IF v_type = 'fanout' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name ORDER BY 1, 2;
+        ELSIF v_type = 'direct' THEN
+            RETURN QUERY SELECT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND b.binding_key = routing_key ORDER BY 1, 2;
+        ELSIF v_type = 'topic' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND routing_key ~ b.compiled_regex ORDER BY 1, 2;
+        ELSIF v_type = 'headers' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND pgmq._headers_match(b.arguments, headers)
+                         ORDER BY 1, 2;
+        END IF;
+        EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8;
+        v_name := v_next;
+        v_hops := v_hops + 1;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = e_name::text;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', e_name::text);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'the built-in exchange "pgmq.topic" cannot be dropped';
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    -- lock the row so that concurrent binds wait for us and then fail on the foreign key
+    PERFORM 1 FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name FOR UPDATE;
+    IF coalesce(do_cascade, false) THEN
+        FOR v_queue IN SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_queue(v_queue);
+        END LOOP;
+        FOR v_queue IN SELECT DISTINCT b.stream_name FROM pgmq.stream_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_stream(v_queue);
+        END LOOP;
+    ELSIF EXISTS (SELECT 1 FROM pgmq.exchange_bindings b WHERE b.exchange_name = v_ex.exchange_name)
+          OR EXISTS (SELECT 1 FROM pgmq.stream_bindings b WHERE b.exchange_name = v_ex.exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('cannot drop exchange "%s" because queues or streams are bound to it', e_name),
+            HINT = 'Unbind them, or use do_cascade => true to drop them with it.';
+    END IF;
+    DELETE FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean) IS 'Drop an exchange; do_cascade also drops every queue and stream bound to it, otherwise bound queues and streams make it fail.';
+
+CREATE FUNCTION pgmq.list_exchange_bindings(exchange_name text DEFAULT NULL::text)
+RETURNS TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone, stream_name text)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT b.exchange_name, b.queue_name, b.binding_key, b.bound_at, NULL::text
+FROM pgmq.exchange_bindings b
+WHERE $1 IS NULL OR b.exchange_name = $1
+UNION ALL
+SELECT s.exchange_name, NULL::text, s.binding_key, s.bound_at, s.stream_name::text
+FROM pgmq.stream_bindings s
+WHERE $1 IS NULL OR s.exchange_name = $1
+ORDER BY 1, 2, 5, 3
+$fn$;
+
+COMMENT ON FUNCTION pgmq.list_exchange_bindings(exchange_name text) IS 'Bindings of one exchange (or of every exchange when NULL): of queues (queue_name) and of streams (stream_name).';
+
+CREATE OR REPLACE FUNCTION pgmq._bind(exchange_name text, queue_name text, binding_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _bind.exchange_name);
+    END IF;
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.exchange_bindings (exchange_name, queue_name, binding_key, arguments)
+    VALUES (exchange_name, queue_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT exchange_bindings_unique DO NOTHING;
+    RETURN FOUND;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    PERFORM pgmq._format_table_name(bind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', bind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', bind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(bind_stream.stream_name, 'INSERT') AND pgmq._may_publish(bind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind stream "%s" to exchange "%s"', bind_stream.stream_name, bind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.stream_bindings (exchange_name, stream_name, binding_key, arguments)
+    VALUES (exchange_name, stream_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT stream_bindings_unique DO NOTHING;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text) IS 'Bind a stream to an exchange: binding_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). A publish routed to it writes one event. Idempotent.';
+
+CREATE FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    PERFORM pgmq._format_table_name(unbind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unbind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', unbind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(unbind_stream.stream_name, 'INSERT') AND pgmq._may_publish(unbind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to unbind stream "%s" from exchange "%s"', unbind_stream.stream_name, unbind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.stream_bindings b
+    WHERE b.exchange_name = unbind_stream.exchange_name AND b.stream_name = unbind_stream.stream_name
+      AND (unbind_stream.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = unbind_stream.binding_key);
+    IF NOT FOUND THEN
+        RAISE NOTICE 'stream "%" was not bound to exchange "%" with key %', stream_name, exchange_name, coalesce(binding_key, 'NULL');
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
+
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex     pgmq.exchanges;
+    v_to     record;
+    v_routed boolean := false;
+BEGIN
+    v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_to IN SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r LOOP
+        v_routed := true;
+        IF v_to.queue_name IS NOT NULL THEN
+            RETURN QUERY SELECT v_to.queue_name, s.id, NULL::text, NULL::bigint
+                         FROM pgmq.send(v_to.queue_name, msg, headers, delay) AS s(id);
+        ELSE
+            RETURN QUERY SELECT NULL::text, NULL::bigint, v_to.stream_name,
+                                pgmq.stream_send(v_to.stream_name, msg, headers);
+        END IF;
+    END LOOP;
+    IF NOT v_routed THEN
+        PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
+
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.publish(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue reached. Returns one row per queue.';
+
+CREATE FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb)
+RETURNS TABLE(queue_name text, stream_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._exchange_for_publish(exchange_name, routing_key);
+    RETURN QUERY SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb) IS 'Dry run: the queues (queue_name) and streams (stream_name) a publish with this key and these headers would reach.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+    v_vt    timestamp with time zone;
+    v_count integer := 0;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL';
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative, got: %', delay;
+    END IF;
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    v_vt := pgmq._delay_to_vt(delay);
+    FOR v_queue IN SELECT r.queue_name FROM pgmq._route('pgmq.topic', routing_key, headers) r LOOP
+        PERFORM pgmq.send(v_queue, msg, headers, v_vt);
+        v_count := v_count + 1;
+    END LOOP;
+    IF v_count = 0 AND v_ex.on_unroutable = 'error' THEN
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Send a message to every queue bound to a matching pattern; returns the number of queues.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    PERFORM pgmq.validate_routing_key(routing_key);
+    PERFORM pgmq._validate_batch_params(msgs, headers);
+    v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
+    FOR v_queue IN SELECT r.queue_name FROM pgmq._route('pgmq.topic', routing_key, NULL) r
+    LOOP
+        RETURN QUERY SELECT v_queue, s.msg_id
+                     FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
+    END LOOP;
+    IF v_queue IS NULL AND v_ex.on_unroutable = 'error' THEN  -- no NOTICE, as send_topic
+        PERFORM pgmq._unroutable('pgmq.topic', routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send a batch to every queue bound to a matching pattern.';
+
+CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_registrant name;
+    v_runner     text;
+    v_fn         regprocedure;
+    v_msg        pgmq.message_record;
+    v_error      text;
+BEGIN
+    SELECT c.registrant INTO v_registrant
+    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    -- The callback runs as its registrant, through the registrant's runner: only a dispatcher
+    -- that may act as that role runs it, and only through an unaltered runner. Checked before a
+    -- message is claimed, so a refusal counts no attempt.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+       OR NOT pg_catalog.pg_has_role(current_user, v_registrant, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run the callbacks of queue "%s", registered by role "%s"',
+                             current_user, queue_name, v_registrant),
+            HINT = 'Callbacks run with their registrant''s rights: dispatch as that role, or as a member of it.';
+    END IF;
+    v_runner := '_callback_as_' || md5(v_registrant);
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        -- missing (its owner dropped it) or altered by its owner
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    END IF;
+    IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run the callbacks of role "%s"', current_user, v_registrant);
+    END IF;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
+        VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
+        RETURN 'failed';
+    END;
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
+    VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded + 1;
+    RETURN 'done';
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE FUNCTION pgmq.resume(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgmq.queue_settings s SET paused = false
+    WHERE s.queue_name = resume.queue_name AND s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
+
+CREATE FUNCTION pgmq._count_rows(table_name text, OUT row_count bigint, OUT estimated boolean)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel   regclass := to_regclass(format('pgmq.%I', table_name));
+    v_pages double precision;
+    v_pct   double precision;
+BEGIN
+    IF v_rel IS NULL THEN
+        RETURN;
+    END IF;
+    v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+ FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+       UNION ALL
+       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format('SELECT count(*) FROM pgmq.%I', table_name) INTO row_count;
+    ELSE
+        row_count := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                             UNION ALL
+                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+        IF row_count = 0 THEN  -- statistics lost (crash): a sample
+            v_pct := 100.0 * 200 / v_pages;
+            EXECUTE format('SELECT (count(*) * 100 / $1)::bigint FROM pgmq.%I TABLESAMPLE SYSTEM ($1)', table_name)
+            INTO row_count USING v_pct;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._count_messages(table_name text, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel    regclass := format('pgmq.%I', table_name)::regclass;
+    v_pages  double precision := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+ FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+       UNION ALL
+       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    v_pct    double precision;
+    v_hidden bigint;
+    v_span   bigint;
+    v_sample record;
+BEGIN
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format(
+            $q$SELECT count(*),
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0),
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0)
+               FROM pgmq.%I$q$, table_name)
+        INTO depth, in_flight, delayed;
+        RETURN;
+    END IF;
+    depth := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                             UNION ALL
+                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    -- the hidden ones exactly while they are few (ORDER BY vt: the vt index, stopping early)
+    EXECUTE format(
+        $q$SELECT count(*), count(*) FILTER (WHERE read_ct > 0)
+           FROM (SELECT read_ct FROM pgmq.%I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, table_name)
+    INTO v_hidden, in_flight
+    USING 10000 + 1;
+    delayed := v_hidden - in_flight;
+    IF depth = 0 OR v_hidden > 10000 THEN
+        -- statistics lost (crash), or many hidden messages: a sample
+        v_pct := 100.0 * 200 / v_pages;
+        EXECUTE format(
+            $q$SELECT (count(*) * 100 / $1)::bigint AS depth,
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0) AS in_flight,
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0) AS delayed
+               FROM pgmq.%I TABLESAMPLE SYSTEM ($1)$q$, table_name)
+        INTO v_sample
+        USING v_pct;
+        IF depth = 0 THEN
+            depth := v_sample.depth;
+        END IF;
+        IF v_hidden > 10000 AND v_sample.depth > 0 THEN
+            -- the sample's split of the whole (its depth is scaled, its parts are not)
+            in_flight := (depth * v_sample.in_flight * 100 / v_pct / v_sample.depth)::bigint;
+            delayed := (depth * v_sample.delayed * 100 / v_pct / v_sample.depth)::bigint;
+        END IF;
+    END IF;
+    -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
+    -- that already counted its rows): never more than the msg_ids between the lowest and highest
+    EXECUTE format(
+        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
+                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+    INTO v_span;
+    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
+    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_ages    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+BEGIN
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
+
+    v_msgs := pgmq._count_messages(v_qtable);
+    v_est := v_msgs.estimated;
+
+    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
+    EXECUTE format(
+        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        v_qtable)
+    INTO v_ages
+    USING v_now;
+
+    IF v_set.dead_letter_queue IS NOT NULL THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_class c
+            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
+                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
+    END IF;
+    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+           FROM pgmq.%I
+           WHERE msg_id > $1
+           ORDER BY msg_id
+           LIMIT $2$q$,
+        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
+    USING coalesce(after_msg_id, 0), qty;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
+
+CREATE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
+    END IF;
+    IF source_queue = target_queue THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'source_queue and target_queue must differ';
+    END IF;
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
+               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             move_messages.target_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
+                             move_messages.source_queue,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
+               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
+        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
+    END IF;
+    -- One statement: a message is always in exactly one of the two queues.
+    EXECUTE format(
+        $q$WITH picked AS (
+            SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+            RETURNING m.msg_id, m.message, m.headers, m.priority
+        )
+        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+        SELECT clock_timestamp(), message, headers, priority
+        FROM moved ORDER BY msg_id$q$,
+        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
+    USING max_messages;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
+
 -- ---------------------------------------------------------------- post: templates/upgrades/2.3.0--2.4.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
 ALTER TABLE pgmq.stream_subscriptions ENABLE ROW LEVEL SECURITY;
@@ -4042,6 +4436,15 @@ CREATE POLICY stream_batches_update ON pgmq.stream_batches FOR UPDATE
 USING (pgmq._stream_privilege(stream_name, 'SELECT')) WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
 CREATE POLICY stream_batches_delete ON pgmq.stream_batches FOR DELETE
 USING (pgmq._stream_privilege(stream_name, 'SELECT'));
+
+
+ALTER TABLE pgmq.stream_bindings ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.stream_bindings TO PUBLIC;
+CREATE POLICY stream_bindings_read ON pgmq.stream_bindings FOR SELECT USING (true);
+CREATE POLICY stream_bindings_insert ON pgmq.stream_bindings FOR INSERT
+ WITH CHECK (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY stream_bindings_delete ON pgmq.stream_bindings FOR DELETE
+USING (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
 
 
 CREATE TRIGGER streams_added AFTER INSERT ON pgmq.streams

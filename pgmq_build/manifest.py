@@ -243,12 +243,12 @@ FIFO = Feature(
 # built-in topic exchange 'pgmq.topic'.
 ROUTING = Feature(
     name="routing",
-    uses=("core",),
+    uses=("core", "streams"),
     # the generated column of exchange_bindings calls _topic_regex, so validate.sql.j2 comes first
     templates=("functions/validate.sql.j2", "tables.sql.j2", "functions/routing.sql.j2",
                "functions/exchanges.sql.j2", "functions/bindings.sql.j2", "functions/publish.sql.j2",
                "functions/send_topic.sql.j2"),
-    config_tables=("exchanges", "exchange_bindings", "exchange_publishers"),
+    config_tables=("exchanges", "exchange_bindings", "stream_bindings", "exchange_publishers"),
 )
 
 NOTIFY = Feature(
@@ -380,6 +380,7 @@ ROUTINES = policies(
     "_route", "_unroutable", "_owns_role", "create_exchange", "drop_exchange", "set_unroutable",
     "list_exchanges", "list_exchange_bindings", "_bind", "_unbind", "bind_queue", "unbind_queue",
     "publish", "test_exchange_routing", "bind_topic", "unbind_topic", "list_topic_bindings",
+    "bind_stream", "unbind_stream",
     "test_routing", "send_topic", "send_batch_topic",
     # notify
     Policy("notify_queue_listeners",
@@ -460,6 +461,6 @@ UPSTREAM_CONTRACT = tuple(line for line in UPSTREAM_CONTRACT_FILE.read_text().sp
 
 # Features in render order.
 MANIFEST = Manifest(version=VERSION, schema=SCHEMA, released=RELEASED,
-                    features=(CORE, DELIVERY, PARTITIONED, FIFO, ROUTING, NOTIFY, PAYLOADS, PGPRO,
-                              CALLBACKS, OPS, STREAMS, ACCESS),
+                    features=(CORE, DELIVERY, PARTITIONED, FIFO, STREAMS, ROUTING, NOTIFY, PAYLOADS,
+                              PGPRO, CALLBACKS, OPS, ACCESS),
                     upstream=UPSTREAM_VERSIONS, routines=ROUTINES, contract=UPSTREAM_CONTRACT)

@@ -16,10 +16,10 @@ def test_only_declared_unpinned_routines_are_allowed_without_search_path():
         "pgmq.convert_archive_partitioned(table_name text,partition_interval text,retention_interval text,"
         "leading_partition integer)",
         "pgmq.run_partition_maintenance(queue_name text)",
+        "pgmq.stream_send(stream_name text,msg jsonb,headers jsonb)",
         "pgmq.register_callback(q_name text,callback text)",
         "pgmq.unregister_callback(q_name text,callback text)",
         "pgmq.dispatch(queue_name text,max_messages integer)",
-        "pgmq.stream_send(stream_name text,msg jsonb,headers jsonb)",
     ]
     assert len(pgspot.allowed_unpinned()) == sum(bool(e.policy.unpinned_reason) for e in surface.current())
 
