@@ -5422,7 +5422,8 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_ticks', '');
 
 
 -- Subscriptions: position = the tick up to which every event is acknowledged; handed = the
--- last tick handed out in a batch; lost = events retention dropped before they were.
+-- last tick handed out in a batch; lost = events retention dropped before they were;
+-- retry_queue = the queue stream_nack copies failed events into (subscribe(..., retry_queue)).
 CREATE TABLE pgmq.stream_subscriptions (
     stream_name       VARCHAR NOT NULL
         CONSTRAINT stream_subscriptions_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
@@ -5432,6 +5433,8 @@ CREATE TABLE pgmq.stream_subscriptions (
     lost              BIGINT NOT NULL DEFAULT 0,
     created_by        NAME NOT NULL DEFAULT current_user,
     created_at        TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+    retry_queue       TEXT
+        CONSTRAINT stream_subscriptions_retry_queue_fk REFERENCES pgmq.meta (queue_name) ON DELETE SET NULL,
     PRIMARY KEY (stream_name, subscription_name)
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_subscriptions', '');
@@ -5462,7 +5465,8 @@ CREATE TYPE pgmq.stream_info_record AS (
     lag_events        BIGINT,
     lag_seconds       DOUBLE PRECISION,
     batches_out       BIGINT,
-    lost              BIGINT
+    lost              BIGINT,
+    retry_queue       TEXT
 );
 
 -- Tick ids of every stream: a sequence, not max()+1, so that a tick made in a transaction that
@@ -6047,7 +6051,7 @@ $fn$;
 COMMENT ON FUNCTION pgmq.stream_tick(stream_name text) IS 'Tick the stream (or every stream) when events came since its last tick, rotate its segments and apply its retention; returns how many ticks were made. Readers tick on their own: call this from pg_cron (every few seconds to minutes) so that retention runs while nobody reads.';
 
 -- features/streams/functions/subscriptions.sql.j2
-CREATE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text)
+CREATE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text, retry_queue text DEFAULT NULL::text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -6066,6 +6070,22 @@ BEGIN
     END IF;
     IF subscription_name IS NULL OR subscription_name = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    END IF;
+    IF retry_queue IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(retry_queue, 'q');
+        PERFORM pgmq._validate_queue_name(retry_queue);
+        -- an ordinary queue of the caller's; one another role made first is refused, so nobody
+        -- can squat a name to receive a subscription's failed events
+        PERFORM pgmq.create(retry_queue);
+        IF NOT pgmq._owns_queue(retry_queue) THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('retry queue "%s" belongs to role "%s"', retry_queue,
+                                 (SELECT o.owner FROM pgmq.queue_owners o WHERE o.queue_name = subscribe.retry_queue)),
+                HINT = 'Name a queue of your own, or a new one.';
+        END IF;
+        UPDATE pgmq.stream_subscriptions u SET retry_queue = subscribe.retry_queue
+        WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name
+          AND u.retry_queue IS DISTINCT FROM subscribe.retry_queue;
     END IF;
     SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
     WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
@@ -6089,14 +6109,14 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('start must be ''earliest'', ''latest'' or a position, got %s', coalesce(quote_literal(start), 'NULL'));
     END IF;
-    INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed)
-    VALUES (stream_name, subscription_name, v_tick, v_tick)
+    INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed, retry_queue)
+    VALUES (stream_name, subscription_name, v_tick, v_tick, retry_queue)
     ON CONFLICT DO NOTHING;
     RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
             WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). Returns the starting position.';
+COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription). Returns the starting position.';
 
 CREATE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
 RETURNS boolean
@@ -6284,6 +6304,77 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint) IS 'Acknowledge a batch of stream_read: the subscription''s position moves past it when no earlier batch is out. In the transaction that stores the batch''s results, it makes them exactly-once.';
 
+CREATE FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text DEFAULT NULL::text, delay integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub     pgmq.stream_subscriptions;
+    v_b       pgmq.stream_batches;
+    v_ids     bigint[];
+    v_msgs    jsonb[];
+    v_headers jsonb[];
+    v_missing bigint[];
+BEGIN
+    PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_nack.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_nack.stream_name);
+    END IF;
+    IF ev_ids IS NULL OR cardinality(ev_ids) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'ev_ids cannot be NULL or empty';
+    END IF;
+    IF delay IS NULL OR delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'delay must be a non-negative number of seconds';
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF v_sub.retry_queue IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('subscription "%s" of stream "%s" has no retry queue', subscription_name, stream_name),
+            HINT = 'Give it one: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
+    END IF;
+    SELECT * INTO v_b FROM pgmq.stream_batches b
+    WHERE b.batch_id = stream_nack.batch_id AND b.stream_name = stream_nack.stream_name
+      AND b.subscription_name = stream_nack.subscription_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
+                             batch_id, subscription_name);
+    END IF;
+    SELECT array_agg(e.ev_id ORDER BY e.ev_id), array_agg(e.message ORDER BY e.ev_id),
+           array_agg(coalesce(e.headers, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
+               'x-pgmq-stream', stream_name, 'x-pgmq-subscription', subscription_name,
+               'x-pgmq-ev-id', e.ev_id, 'x-pgmq-ev-time', e.ev_time, 'x-pgmq-last-error', error)) ORDER BY e.ev_id)
+    INTO v_ids, v_msgs, v_headers
+    FROM pgmq._stream_events(stream_name, v_b.batch_id,
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.from_tick),
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.to_tick)) e
+    WHERE e.ev_id = ANY (ev_ids);
+    v_missing := ARRAY(SELECT DISTINCT x FROM unnest(ev_ids) x WHERE x IS NULL OR NOT x = ANY (coalesce(v_ids, '{}')) ORDER BY 1);
+    IF cardinality(v_missing) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('events %s are not in batch %s', array_to_string(v_missing, ', ', 'NULL'), batch_id);
+    END IF;
+    PERFORM count(*) FROM pgmq.send_batch(v_sub.retry_queue, v_msgs, v_headers, delay);
+    RETURN cardinality(v_ids);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text, delay integer) IS 'Copy events of a batch that failed into the subscription''s retry queue (an ordinary queue: its retry policy and dead-letter queue apply there), with the error and where they came from in their headers, visible after delay seconds; then acknowledge the batch in the same transaction and the stream moves on. Returns how many events were copied.';
+
 CREATE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6350,14 +6441,14 @@ SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
        CASE WHEN l.lag > 0 THEN extract(epoch FROM clock_timestamp() - t.tick_time)::double precision ELSE 0 END,
        (SELECT count(*) FROM pgmq.stream_batches b
         WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
-       u.lost
+       u.lost, u.retry_queue
 FROM pgmq.stream_subscriptions u
 JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
 CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '_seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
 WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
 ORDER BY u.stream_name, u.subscription_name
 $fn$;
-COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention.';
+COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
 
 -- ---------------------------------------------------------------- feature: routing
 

@@ -442,7 +442,7 @@ ROUTINES = policies(
            definer_reason="rotates and drops segment tables (the extension owner's) by the stream's own "
            "settings and the clock; nothing the caller gives but the name"),
     "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "_stream_events", "stream_read",
-    "_stream_settle", "stream_ack", "stream_rewind", "stream_info",
+    "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info",
     # access
     Policy("_set_queue_access",
            definer_reason="grants and revokes privileges on tables that belong to the extension's owner, "

@@ -309,7 +309,11 @@ SCENARIO = [
     (f"SELECT pgmq.stream_send('st', {J})", 1),
     ("SELECT count(*) FROM pgmq.stream_send_batch('st', ARRAY['{}']::pg_catalog.jsonb[])", 1),
     ("SELECT count(*) FROM pgmq.stream_read('st', 'a')", 2),
+    ("SELECT pgmq.subscribe('st', 'a', retry_queue => 'st_retry')", ANY),
+    ("SELECT pgmq.stream_nack('st', 'a', (SELECT max(batch_id) FROM pgmq.stream_batches), "
+     "(SELECT pg_catalog.array_agg(ev_id) FROM pgmq.s_st), 'failed')", 2),
     ("SELECT pgmq.stream_ack('st', 'a', (SELECT max(batch_id) FROM pgmq.stream_batches))", ANY),
+    ("SELECT count(*) FROM pgmq.read('st_retry', 30, 10)", 2),
     ("SELECT lag_events FROM pgmq.stream_info('st')", 0),
     ("SELECT pgmq.stream_rewind('st', 'a', '-infinity'::pg_catalog.timestamptz) OPERATOR(pg_catalog.>=) 0", True),
     ("SELECT pgmq.stream_tick()", ANY),

@@ -184,6 +184,9 @@ CASES = [
     _q(f"SELECT pgmq.stream_rewind('st', {T}, now())", QUEUE | {"42704"}),
     _q(f"SELECT * FROM pgmq.stream_info({T})"),
     _q(f"SELECT pgmq.stream_tick({T})"),
+    _q(f"SELECT pgmq.subscribe('st', 's', 'latest', {T})"),  # the retry queue: a new queue, or refused
+    _q(f"SELECT pgmq.stream_nack({T}, 's', 1, ARRAY[1]::bigint[])"),
+    _q(f"SELECT pgmq.stream_nack('st', {T}, 1, ARRAY[1]::bigint[])", QUEUE | {"42704"}),
     # streams bound to exchanges: names and keys
     _q(f"SELECT pgmq.bind_stream({T}, 'ex', 'k')"),
     _q(f"SELECT pgmq.bind_stream('st', {T}, 'k')", EXCHANGE),
