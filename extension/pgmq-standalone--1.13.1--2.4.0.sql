@@ -5629,7 +5629,7 @@ ORDER BY s.stream_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_streams() IS 'Every stream with its settings, current segment and size.';
 
--- features/streams/functions/publish.sql.j2
+-- features/streams/functions/paths.sql.j2
 -- _stream_append: a stream's events inserted through the catalog and EXECUTE, for the names the
 -- static paths do not hold (and the errors: bad name, unknown stream).
 CREATE FUNCTION pgmq._stream_append(stream_name text, msgs jsonb[], headers jsonb[])
@@ -5683,8 +5683,6 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v_id pg_catalog.int8;
 BEGIN
     IF msgs IS NULL OR cardinality(msgs) = 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'msgs cannot be NULL or empty';
@@ -5705,7 +5703,33 @@ $fn$;
 COMMENT ON FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[]) IS 'Append many events to a stream in one statement; ev_ids come back in array order.';
 
 
--- _rebuild_stream_paths: rewrites stream_send and stream_send_batch for the streams of
+-- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in ev_id
+-- order (the ev_txid range first, for the index of each segment).
+CREATE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+           FROM pgmq.%I e
+           WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+             AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+           ORDER BY e.ev_id$q$,
+        pgmq._format_table_name(stream_name, 's'))
+    USING stream_name, for_batch, after, upto;
+END;
+$fn$;
+
+
+-- _rebuild_stream_paths: rewrites every path (stream_send, stream_send_batch, _stream_events) for the streams of
 -- pgmq.streams (the first 100 by name) at their current segments. Waits for
 -- the other rebuilders (lock_stream_paths); in READ COMMITTED the next statement then sees what
 -- they committed. A transaction with an older snapshot (REPEATABLE READ) reads the streams FOR
@@ -5720,9 +5744,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_names text[];
-    v_tables text[];
-    v_sql text;
+    v_names    text[];
+    v_segments text[];
+    v_sql      text;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -5730,7 +5754,7 @@ BEGIN
     END IF;
     SELECT coalesce(array_agg(n.stream_name ORDER BY n.stream_name COLLATE "C"), '{}'),
            coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || (n.current_segment % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
-    INTO v_names, v_tables
+    INTO v_names, v_segments
     FROM (SELECT s.stream_name::text, s.current_segment FROM pgmq.streams s
           ORDER BY s.stream_name COLLATE "C" LIMIT 100) n;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -5754,7 +5778,7 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('INSERT INTO pgmq.%I (message, headers) VALUES ($2, $3) RETURNING ev_id
 INTO v_id;
-RETURN v_id;', t.name) FROM unnest(v_tables) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+RETURN v_id;', t.name) FROM unnest(v_segments) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
             '$1')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
@@ -5765,8 +5789,6 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $path$
-DECLARE
-    v_id pg_catalog.int8;
 BEGIN
     IF msgs IS NULL OR cardinality(msgs) = 0 THEN
         RAISE EXCEPTION USING ERRCODE = ''invalid_parameter_value'', MESSAGE = ''msgs cannot be NULL or empty'';
@@ -5791,7 +5813,40 @@ $path$;',
     RETURNING ev_id
 )
 SELECT ev_id FROM ins ORDER BY ev_id;
-RETURN;', t.name) FROM unnest(v_tables) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+RETURN;', t.name) FROM unnest(v_segments) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+BEGIN
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+           FROM pgmq.%I e
+           WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+             AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+           ORDER BY e.ev_id$q$,
+        pgmq._format_table_name(stream_name, ''s''))
+    USING stream_name, for_batch, after, upto;
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+FROM pgmq.%I e
+WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+  AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+ORDER BY e.ev_id;
+RETURN;', pgmq._format_table_name(t.name, 's')) FROM unnest(v_names) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
             '$1')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
@@ -5851,16 +5906,20 @@ CREATE TRIGGER streams_rotated AFTER UPDATE ON pgmq.streams
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
 
 -- features/streams/functions/ticks.sql.j2
--- _stream_privilege: the caller may read (SELECT) or write (INSERT) the stream.
+-- _stream_privilege: the caller may read (SELECT) or write (INSERT) the stream. PL/pgSQL, not
+-- SQL: a SQL function that pins search_path is planned on every call (~30 us measured), and the
+-- readers and the row security of the streams' catalog call it for every batch.
 CREATE FUNCTION pgmq._stream_privilege(stream_name text, privilege text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT coalesce(pg_catalog.has_table_privilege(
-                    to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 's'))), $2),
-                false)
+BEGIN
+    RETURN coalesce(has_table_privilege(
+               to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))), privilege),
+           false);
+END;
 $fn$;
 
 -- _stream_tick: a new tick of the stream (its id), or NULL when the caller's transaction is not
@@ -6140,25 +6199,6 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text) IS 'Remove a subscription with its open batches; false when there is none.';
 
--- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in
--- ev_id order (the ev_txid range first, for the index of each segment).
-CREATE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
-RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN QUERY EXECUTE format(
-        $q$SELECT $3, e.ev_id, e.ev_time, e.message, e.headers
-           FROM pgmq.%I e
-           WHERE e.ev_txid >= pg_snapshot_xmin($1) AND e.ev_txid < pg_snapshot_xmax($2)
-             AND pg_visible_in_snapshot(e.ev_txid, $2) AND NOT pg_visible_in_snapshot(e.ev_txid, $1)
-           ORDER BY e.ev_id$q$,
-        pgmq._format_table_name(stream_name, 's'))
-    USING after, upto, for_batch;
-END;
-$fn$;
 
 CREATE FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer DEFAULT 30)
 RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)

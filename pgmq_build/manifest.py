@@ -298,7 +298,7 @@ OPS = Feature(
 STREAMS = Feature(
     name="streams",
     uses=("core",),
-    templates=("tables.sql.j2", "functions/admin.sql.j2", "functions/publish.sql.j2",
+    templates=("tables.sql.j2", "functions/admin.sql.j2", "functions/paths.sql.j2",
                "functions/ticks.sql.j2", "functions/subscriptions.sql.j2"),
     config_tables=("streams", "stream_segments", "stream_ticks", "stream_subscriptions", "stream_batches",
                    "stream_tick_seq"),
@@ -430,7 +430,7 @@ ROUTINES = policies(
            unpinned_reason="the hot path of a producer: SET search_path costs ~6 µs a call, 15% of a raw "
            "INSERT (README, Performance); its body and the static paths written into it qualify every "
            "name, type, operator and collation"),
-    "stream_send_batch",
+    "stream_send_batch", "_stream_events",
     Policy("_rebuild_stream_paths",
            definer_reason="stream_send and stream_send_batch belong to the extension's owner; it rewrites "
            "them from pgmq.streams alone (names quoted), so the result does not depend on who asks"),
@@ -441,7 +441,7 @@ ROUTINES = policies(
     Policy("_stream_maintain",
            definer_reason="rotates and drops segment tables (the extension owner's) by the stream's own "
            "settings and the clock; nothing the caller gives but the name"),
-    "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "_stream_events", "stream_read",
+    "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "stream_read",
     "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info",
     # access
     Policy("_set_queue_access",

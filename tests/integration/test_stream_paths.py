@@ -1,6 +1,7 @@
-"""The streams' static paths (features/streams/functions/publish.sql.j2): stream_send and
-stream_send_batch hold each stream's INSERT into its current segment, rewritten in the transaction
-that creates, drops or rotates a stream; other names go through the catalog and EXECUTE."""
+"""The streams' static paths (features/streams/functions/paths.sql.j2): stream_send and
+stream_send_batch hold each stream's INSERT into its current segment, _stream_events its read of
+the stream's parent table, rewritten in the transaction that creates, drops or rotates a stream;
+other names go through the catalog and EXECUTE."""
 
 from __future__ import annotations
 
@@ -23,9 +24,18 @@ def routed(conn: psycopg.Connection, fn: str = "stream_send") -> dict[str, str]:
     return {name.replace("''", "'"): table.strip('"').replace('""', '"') for name, table in LEAF.findall(src)}
 
 
+READER = re.compile(r"IF \$1 OPERATOR\(pg_catalog\.=\) '((?:[^']|'')*)' THEN\s+RETURN QUERY SELECT \$2, e\.ev_id"
+                    r".*?FROM pgmq\.(\"(?:[^\"]|\"\")*\"|\w+) e", re.S)
+
+
 def both(conn: psycopg.Connection) -> dict[str, str]:
+    """{stream: its current segment} of the producers' paths, checked against the readers' path
+    (_stream_events, which reads each stream's parent table)."""
     single = routed(conn)
     assert routed(conn, "stream_send_batch") == single
+    src = scalar(conn, "SELECT prosrc FROM pg_proc WHERE oid = 'pgmq._stream_events'::regproc")
+    readers = {n.replace("''", "'"): t.strip('"').replace('""', '"') for n, t in READER.findall(src)}
+    assert readers == {n: t.rsplit("_", 1)[0] for n, t in single.items()}
     return single
 
 
