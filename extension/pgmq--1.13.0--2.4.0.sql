@@ -5961,6 +5961,32 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._stream_tick(stream_name text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq._stream_tick(stream_name text) TO PUBLIC;
 
+-- _stream_news: whether something may have committed since tick `tick_id` that it did not see,
+-- so that a new tick would cut a batch: ids were handed out since (their transactions may have
+-- committed), or an event committed since whose id is older (its transaction took the id before
+-- the tick and committed after it: with nothing sent after it, it would wait for the next send).
+CREATE FUNCTION pgmq._stream_news(stream_name text, tick_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_t pgmq.stream_ticks;
+BEGIN
+    SELECT * INTO v_t FROM pgmq.stream_ticks t
+    WHERE t.stream_name = _stream_news.stream_name AND t.tick_id = _stream_news.tick_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0) > v_t.last_ev_id THEN
+        RETURN true;
+    END IF;
+    -- (few rows: without new ids, only such late commits are past the tick)
+    RETURN EXISTS (SELECT 1 FROM pgmq._stream_events(stream_name, NULL, v_t.tick_snapshot, pg_current_snapshot()));
+END;
+$fn$;
+
 -- _stream_maintain: rotation (a new segment every rotation_period) and retention (closed
 -- segments dropped whole, oldest first, once past retention or over retention_bytes, their
 -- writers finished and, unless drop_unacked, every subscription's acknowledged position past
@@ -5992,8 +6018,10 @@ BEGIN
                      AND g.opened_at <= clock_timestamp() - s.rotation_period) THEN
         v_rotate := pg_try_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     END IF;
+    -- NO KEY UPDATE: maintainers take turns, while readers' ticks (whose foreign key takes KEY
+    -- SHARE on this row) never wait for a rotation
     SELECT * INTO v_s FROM pgmq.streams s WHERE s.stream_name = _stream_maintain.stream_name
-    FOR UPDATE SKIP LOCKED;
+    FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -6020,13 +6048,16 @@ BEGIN
         -- due: past retention (and a second, so that no producer that chose it is still
         -- inserting), or the stream is over its size
         EXIT WHEN NOT (v_g.closed_at <= clock_timestamp() - greatest(v_s.retention, interval '1 second')
-                       OR v_bytes > v_s.retention_bytes);
+                       OR coalesce(v_bytes > v_s.retention_bytes, false));
         -- every transaction that could still write to it has ended
         EXIT WHEN pg_snapshot_xmax(v_g.closed_snapshot) > pg_snapshot_xmin(pg_current_snapshot());
+        -- a subscription whose acknowledged position does not see every event in it: by the
+        -- events themselves (an empty segment, or one read to its end, goes even while the stream
+        -- is idle and no tick moves the positions past its close)
         IF EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
                    JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
                    WHERE u.stream_name = v_s.stream_name
-                     AND pg_snapshot_xmin(t.tick_snapshot) < pg_snapshot_xmax(v_g.closed_snapshot)) THEN
+                     AND pgmq._stream_count_unseen(v_table, t.tick_snapshot) > 0) THEN
             EXIT WHEN NOT v_s.drop_unacked;
             -- the subscriptions behind it learn what they lost
             UPDATE pgmq.stream_subscriptions u SET lost = u.lost + n.lost
@@ -6061,7 +6092,9 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._stream_maintain(stream_name text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq._stream_maintain(stream_name text) TO PUBLIC;
 
--- _stream_count_unseen: events of a segment a snapshot does not see (what a subscription at it loses).
+-- _stream_count_unseen: events of a segment a snapshot does not see (what a subscription at it
+-- has not acknowledged, or loses); those before the snapshot's xmin it sees, so the ev_txid index
+-- reads only the rest.
 CREATE FUNCTION pgmq._stream_count_unseen(table_name text, snap pg_snapshot)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6071,7 +6104,8 @@ AS $fn$
 DECLARE
     v_n bigint;
 BEGIN
-    EXECUTE format('SELECT count(*) FROM pgmq.%I WHERE NOT pg_visible_in_snapshot(ev_txid, $1)', table_name)
+    EXECUTE format('SELECT count(*) FROM pgmq.%I WHERE ev_txid >= pg_snapshot_xmin($1) AND NOT pg_visible_in_snapshot(ev_txid, $1)',
+                   table_name)
     INTO v_n USING snap;
     RETURN v_n;
 END;
@@ -6097,9 +6131,8 @@ BEGIN
         -- skip a stream that is being created or dropped (its sequence may be gone by now)
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('pgmq.stream_' || v_name));
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
-        IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(v_name, 's') || '_seq')::regclass), 0)
-           > (SELECT t.last_ev_id FROM pgmq.stream_ticks t WHERE t.stream_name = v_name
-              ORDER BY t.tick_id DESC LIMIT 1) THEN
+        IF pgmq._stream_news(v_name, (SELECT max(t.tick_id) FROM pgmq.stream_ticks t
+                                              WHERE t.stream_name = v_name)) THEN
             v_ticks := v_ticks + ((pgmq._stream_tick(v_name)) IS NOT NULL)::integer;
         END IF;
         PERFORM pgmq._stream_maintain(v_name);
@@ -6254,10 +6287,8 @@ BEGIN
             WHERE t.stream_name = stream_read.stream_name AND t.tick_id > v_from
             ORDER BY t.tick_id LIMIT 1;
             IF NOT FOUND THEN
-                -- tick now if ids were handed out since (events may have committed)
-                IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0)
-                   > (SELECT t.last_ev_id FROM pgmq.stream_ticks t
-                      WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_from) THEN
+                -- tick now if something may have committed since the last tick
+                IF pgmq._stream_news(stream_name, v_from) THEN
                     v_to := pgmq._stream_tick(stream_name);
                 END IF;
                 IF v_to IS NULL THEN

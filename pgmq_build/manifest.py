@@ -435,6 +435,7 @@ ROUTINES = policies(
            definer_reason="stream_send and stream_send_batch belong to the extension's owner; it rewrites "
            "them from pgmq.streams alone (names quoted), so the result does not depend on who asks"),
     "_heal_stream_paths", "_streams_changed", "_stream_privilege",
+    "_stream_news",
     Policy("_stream_tick",
            definer_reason="PUBLIC cannot write ticks; a tick is a snapshot and a counter of the named stream, "
            "nothing the caller gives but the name"),
