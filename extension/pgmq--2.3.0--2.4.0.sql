@@ -3499,10 +3499,12 @@ BEGIN
     END IF;
     v_handed := v_sub.handed;
     LOOP
-        -- a batch whose lease ran out first, under a new id (its old holder's ack then fails)
+        -- a batch whose lease ran out first, under a new id (its old holder's ack then fails).
+        -- Every batch out starts at or after the position: the index skips the settled ones,
+        -- which a held xmin horizon keeps as dead entries
         SELECT b.batch_id, b.from_tick, b.to_tick INTO v_b FROM pgmq.stream_batches b
         WHERE b.stream_name = stream_read.stream_name AND b.subscription_name = stream_read.subscription_name
-          AND b.leased_until < clock_timestamp()
+          AND b.from_tick >= v_sub.position AND b.leased_until < clock_timestamp()
         ORDER BY b.from_tick LIMIT 1
         FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
@@ -3559,7 +3561,8 @@ BEGIN
     END IF;
     UPDATE pgmq.stream_subscriptions u
     SET position = coalesce((SELECT min(b.from_tick) FROM pgmq.stream_batches b
-                             WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
+                             WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name
+                               AND b.from_tick >= u.position),
                             u.handed)
     WHERE u.stream_name = _stream_settle.stream_name AND u.subscription_name = _stream_settle.subscription_name;
     RETURN true;
