@@ -5703,8 +5703,7 @@ $fn$;
 COMMENT ON FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[]) IS 'Append many events to a stream in one statement; ev_ids come back in array order.';
 
 
--- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in ev_id
--- order (the ev_txid range first, for the index of each segment).
+-- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in ev_id order
 CREATE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
 RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
 LANGUAGE plpgsql
@@ -5729,8 +5728,8 @@ END;
 $fn$;
 
 
--- _rebuild_stream_paths: rewrites every path (stream_send, stream_send_batch, _stream_events) for the streams of
--- pgmq.streams (the first 100 by name) at their current segments. Waits for
+-- _rebuild_stream_paths: rewrites every path (stream_send, stream_send_batch, _stream_events)
+-- for the streams of pgmq.streams (the first 100 by name) at their current segments. Waits for
 -- the other rebuilders (lock_stream_paths); in READ COMMITTED the next statement then sees what
 -- they committed. A transaction with an older snapshot (REPEATABLE READ) reads the streams FOR
 -- SHARE, which fails (40001) if another rebuild committed since, instead of writing a stale
