@@ -2167,7 +2167,9 @@ $fn$;
 
 
 -- _static_path_tree: IFs that lead `key` (an expression) to the branch of its name: a binary
--- search over names (sorted, COLLATE "C"), then equality tests among at most four.
+-- search over names (sorted, COLLATE "C"), then equality tests among at most four. Operators and
+-- the collation are qualified, so the tree may also go into a routine that does not pin
+-- search_path (stream_send: features/streams).
 CREATE FUNCTION pgmq._static_path_tree(names text[], branches text[], key text)
 RETURNS text
 LANGUAGE plpgsql
@@ -2179,10 +2181,10 @@ DECLARE
     v_mid integer := v_n / 2 + 1;
 BEGIN
     IF v_n <= 4 THEN
-        RETURN coalesce((SELECT string_agg(format(E'IF %s = %L THEN\n%s\nEND IF;', key, t.name, t.branch), E'\n' ORDER BY t.o)
+        RETURN coalesce((SELECT string_agg(format(E'IF %s OPERATOR(pg_catalog.=) %L THEN\n%s\nEND IF;', key, t.name, t.branch), E'\n' ORDER BY t.o)
                          FROM unnest(names, branches) WITH ORDINALITY AS t(name, branch, o)), '');
     END IF;
-    RETURN format(E'IF %s < %L COLLATE "C" THEN\n%s\nELSE\n%s\nEND IF;', key, names[v_mid],
+    RETURN format(E'IF %s OPERATOR(pg_catalog.<) %L COLLATE pg_catalog."C" THEN\n%s\nELSE\n%s\nEND IF;', key, names[v_mid],
                   pgmq._static_path_tree(names[1:v_mid - 1], branches[1:v_mid - 1], key),
                   pgmq._static_path_tree(names[v_mid:], branches[v_mid:], key));
 END;
@@ -6177,6 +6179,1152 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read_grouped_head_with_poll(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) IS 'read_grouped_head, waiting up to max_poll_seconds for a message.';
 
+-- ---------------------------------------------------------------- feature: streams
+
+-- features/streams/tables.sql.j2
+-- The streams and their storage settings. current_segment: the segment producers write to.
+CREATE TABLE pgmq.streams (
+    stream_name     VARCHAR PRIMARY KEY,
+    owner           NAME NOT NULL,
+    retention       INTERVAL NOT NULL,
+    rotation_period INTERVAL NOT NULL,
+    retention_bytes BIGINT,
+    drop_unacked    BOOLEAN NOT NULL,
+    current_segment BIGINT NOT NULL DEFAULT 0,
+    created_at      TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.streams', '');
+
+
+-- A stream's segment tables. closed_snapshot: pg_current_snapshot() when producers were sent to
+-- the next segment; the transactions in progress in it may still write here.
+CREATE TABLE pgmq.stream_segments (
+    stream_name     VARCHAR NOT NULL
+        CONSTRAINT stream_segments_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
+    segment         BIGINT NOT NULL,
+    opened_at       TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+    closed_at       TIMESTAMP WITH TIME ZONE,
+    closed_snapshot PG_SNAPSHOT,
+    PRIMARY KEY (stream_name, segment)
+);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_segments', '');
+
+
+-- Ticks: the snapshots that cut a stream into batches (tick 0: the stream's creation).
+CREATE TABLE pgmq.stream_ticks (
+    stream_name   VARCHAR NOT NULL
+        CONSTRAINT stream_ticks_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
+    tick_id       BIGINT NOT NULL,
+    tick_time     TIMESTAMP WITH TIME ZONE NOT NULL,
+    tick_snapshot PG_SNAPSHOT NOT NULL,
+    last_ev_id    BIGINT NOT NULL,
+    PRIMARY KEY (stream_name, tick_id)
+);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_ticks', '');
+
+
+-- Subscriptions: position = the tick up to which every event is acknowledged; handed = the
+-- last tick handed out in a batch; lost = events retention dropped before they were;
+-- retry_queue = the queue stream_nack copies failed events into (subscribe(..., retry_queue)).
+CREATE TABLE pgmq.stream_subscriptions (
+    stream_name       VARCHAR NOT NULL
+        CONSTRAINT stream_subscriptions_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
+    subscription_name TEXT NOT NULL CHECK (subscription_name <> ''),
+    position          BIGINT NOT NULL,
+    handed            BIGINT NOT NULL,
+    lost              BIGINT NOT NULL DEFAULT 0,
+    created_by        NAME NOT NULL DEFAULT current_user,
+    created_at        TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+    retry_queue       TEXT
+        CONSTRAINT stream_subscriptions_retry_queue_fk REFERENCES pgmq.meta (queue_name) ON DELETE SET NULL,
+    PRIMARY KEY (stream_name, subscription_name)
+);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_subscriptions', '');
+
+
+-- Batches handed out and not acknowledged yet: the events committed after from_tick's snapshot
+-- and by to_tick's. A lease that runs out hands the batch out again under a new batch_id.
+CREATE TABLE pgmq.stream_batches (
+    batch_id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    stream_name       VARCHAR NOT NULL,
+    subscription_name TEXT NOT NULL,
+    from_tick         BIGINT NOT NULL,
+    to_tick           BIGINT NOT NULL,
+    leased_until      TIMESTAMP WITH TIME ZONE NOT NULL,
+    CONSTRAINT stream_batches_subscription_fk FOREIGN KEY (stream_name, subscription_name)
+        REFERENCES pgmq.stream_subscriptions (stream_name, subscription_name) ON DELETE CASCADE
+);
+CREATE INDEX stream_batches_subscription_idx ON pgmq.stream_batches (stream_name, subscription_name, from_tick);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_batches', '');
+
+
+-- One subscription's row of stream_info().
+CREATE TYPE pgmq.stream_info_record AS (
+    stream_name       TEXT,
+    subscription_name TEXT,
+    "position"        BIGINT,
+    position_time     TIMESTAMP WITH TIME ZONE,
+    lag_events        BIGINT,
+    lag_seconds       DOUBLE PRECISION,
+    batches_out       BIGINT,
+    lost              BIGINT,
+    retry_queue       TEXT
+);
+
+-- Tick ids of every stream: a sequence, not max()+1, so that a tick made in a transaction that
+-- has not committed yet never blocks the next one (see _stream_tick).
+CREATE SEQUENCE pgmq.stream_tick_seq;
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_tick_seq', '');
+
+
+-- Streams, segments and ticks are written by our SECURITY DEFINER routines only;
+-- subscriptions and batches by their readers (row security: features/access/policies.sql.j2).
+GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
+
+-- features/streams/functions/admin.sql.j2
+-- _create_stream_for: makes a stream for the proven caller. SECURITY DEFINER: its tables belong
+-- to the extension's owner (no stream owner can attach code to them); the caller becomes the
+-- stream's owner in pgmq.streams with table privileges only. Idempotent for its owner.
+CREATE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+BEGIN
+    PERFORM pgmq._validate_queue_name(stream_name);
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name;
+    IF FOUND THEN
+        IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
+            RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+                MESSAGE = format('stream "%s" exists and belongs to role "%s"', stream_name, v_owner);
+        END IF;
+        RETURN;
+    END IF;
+    IF to_regclass(format('pgmq.%I', v_parent)) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+            MESSAGE = format('stream "%s" conflicts with an existing table pgmq.%s', stream_name, v_parent);
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '_seq');
+    EXECUTE format(
+        $q$CREATE TABLE pgmq.%I (
+            ev_id   BIGINT NOT NULL DEFAULT nextval(%L::regclass),
+            ev_txid XID8 NOT NULL DEFAULT pg_current_xact_id(),
+            ev_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT clock_timestamp(),
+            message JSONB,
+            headers JSONB
+        )$q$, v_parent, 'pgmq.' || quote_ident(v_parent || '_seq'));
+    INSERT INTO pgmq.streams (stream_name, owner, retention, rotation_period, retention_bytes, drop_unacked)
+    VALUES (stream_name, v_caller, retention, rotation_period, retention_bytes, drop_unacked);
+    EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
+                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
+    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text);
+    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text,
+                   (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
+    INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
+    -- tick 0: the stream's creation, where 'earliest' starts
+    INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
+    VALUES (stream_name, 0, clock_timestamp(), pg_current_snapshot(), 0);
+    IF v_caller <> current_user THEN
+        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', v_parent, v_caller);
+        EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '_seq', v_caller);
+    END IF;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) TO PUBLIC;
+
+CREATE FUNCTION pgmq.create_stream(stream_name text, retention interval DEFAULT '7 days'::interval, rotation_period interval DEFAULT '01:00:00'::interval, retention_bytes bigint DEFAULT NULL::bigint, drop_unacked boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._validate_queue_name(stream_name);
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention must be a non-negative interval';
+    END IF;
+    IF rotation_period IS NULL OR rotation_period < interval '1 second' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'rotation_period must be at least 1 second';
+    END IF;
+    IF retention_bytes <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention_bytes must be positive';
+    END IF;
+    IF drop_unacked IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'drop_unacked cannot be NULL';
+    END IF;
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._create_stream_for(stream_name, retention, rotation_period, retention_bytes, drop_unacked);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.create_stream(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) IS 'Create a stream (an append-only log with subscriptions; idempotent): events are kept at least retention after their segment closes (and while a subscription has not acknowledged them, unless drop_unacked), in segments rotated every rotation_period; retention_bytes caps the size.';
+
+-- _drop_stream_for: drops a stream's tables and catalog rows, for its owner.
+CREATE FUNCTION pgmq._drop_stream_for(stream_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of stream "%s"', stream_name);
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
+    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '_seq');
+    DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
+    RETURN true;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._drop_stream_for(stream_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._drop_stream_for(stream_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq.drop_stream(stream_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    RETURN pgmq._drop_stream_for(stream_name);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.drop_stream(stream_name text) IS 'Drop a stream with its events and subscriptions; false when there is none.';
+
+CREATE FUNCTION pgmq.list_streams()
+RETURNS TABLE(stream_name text, owner name, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean, segments bigint, total_bytes bigint, created_at timestamp with time zone)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT s.stream_name, s.owner, s.retention, s.rotation_period, s.retention_bytes, s.drop_unacked,
+       (SELECT count(*) FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
+       (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(to_regclass(
+                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '_' || (g.segment % 100000)::text)))), 0)::bigint
+        FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
+       s.created_at
+FROM pgmq.streams s
+ORDER BY s.stream_name
+$fn$;
+COMMENT ON FUNCTION pgmq.list_streams() IS 'Every stream with its settings, current segment and size.';
+
+-- features/streams/functions/paths.sql.j2
+-- _stream_append: a stream's events inserted through the catalog and EXECUTE, for the names the
+-- static paths do not hold (and the errors: bad name, unknown stream).
+CREATE FUNCTION pgmq._stream_append(stream_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_seg bigint;
+BEGIN
+    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = _stream_append.stream_name;
+    IF NOT FOUND THEN
+        PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$WITH ins AS (
+               INSERT INTO pgmq.%I (message, headers)
+               SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
+               RETURNING ev_id)
+           SELECT ev_id FROM ins ORDER BY ev_id$q$,
+        pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
+    USING msgs, headers;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_id pg_catalog.int8;
+BEGIN
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    SELECT a INTO v_id FROM pgmq._stream_append($1, ARRAY[$2], ARRAY[$3]) AS a;
+    RETURN v_id;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb) IS 'Append one event to a stream; returns its ev_id. It is delivered to every subscription once the transaction commits.';
+
+
+CREATE FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[] DEFAULT NULL::jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('headers must have as many elements as msgs (%s, not %s)', cardinality(msgs), cardinality(headers));
+    END IF;
+    headers := coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._stream_append($1, $2, $3);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[]) IS 'Append many events to a stream in one statement; ev_ids come back in array order.';
+
+
+-- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in ev_id order
+CREATE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF 0 OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+           FROM pgmq.%I e
+           WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+             AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+           ORDER BY e.ev_id$q$,
+        pgmq._format_table_name(stream_name, 's'))
+    USING stream_name, for_batch, after, upto;
+END;
+$fn$;
+
+
+-- _rebuild_stream_paths: rewrites every path (stream_send, stream_send_batch, _stream_events)
+-- for the streams of pgmq.streams (the first 100 by name) at their current segments. Waits for
+-- the other rebuilders (lock_stream_paths); in READ COMMITTED the next statement then sees what
+-- they committed. A transaction with an older snapshot (REPEATABLE READ) reads the streams FOR
+-- SHARE, which fails (40001) if another rebuild committed since, instead of writing a stale
+-- segment. SECURITY DEFINER: the functions are the extension owner's; what it writes depends on
+-- pgmq.streams alone (names quoted), so anyone may ask.
+CREATE FUNCTION pgmq._rebuild_stream_paths()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names    text[];
+    v_segments text[];
+    v_sql      text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM pgmq.streams s FOR SHARE;
+    END IF;
+    SELECT coalesce(array_agg(n.stream_name ORDER BY n.stream_name COLLATE "C"), '{}'),
+           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || (n.current_segment % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
+    INTO v_names, v_segments
+    FROM (SELECT s.stream_name::text, s.current_segment FROM pgmq.streams s
+          ORDER BY s.stream_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $path$
+DECLARE
+    v_id pg_catalog.int8;
+BEGIN
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    SELECT a INTO v_id FROM pgmq._stream_append($1, ARRAY[$2], ARRAY[$3]) AS a;
+    RETURN v_id;
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (message, headers) VALUES ($2, $3) RETURNING ev_id
+INTO v_id;
+RETURN v_id;', t.name) FROM unnest(v_segments) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[] DEFAULT NULL::jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = ''invalid_parameter_value'', MESSAGE = ''msgs cannot be NULL or empty'';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION USING ERRCODE = ''invalid_parameter_value'',
+            MESSAGE = format(''headers must have as many elements as msgs (%s, not %s)'', cardinality(msgs), cardinality(headers));
+    END IF;
+    headers := coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._stream_append($1, $2, $3);
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH ins AS (
+    INSERT INTO pgmq.%I (message, headers)
+    SELECT t.msg, t.hdr FROM unnest($2, $3) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
+    RETURNING ev_id
+)
+SELECT ev_id FROM ins ORDER BY ev_id;
+RETURN;', t.name) FROM unnest(v_segments) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+BEGIN
+    /*@tree@*/
+    -- Not a stream of the tree (past the first 100, or a name of no stream).
+    IF /*@routed@*/ OPERATOR(pg_catalog.<) 100 THEN
+        PERFORM pgmq._heal_stream_paths($1);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+           FROM pgmq.%I e
+           WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+             AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+           ORDER BY e.ev_id$q$,
+        pgmq._format_table_name(stream_name, ''s''))
+    USING stream_name, for_batch, after, upto;
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT $2, e.ev_id, e.ev_time, e.message, e.headers
+FROM pgmq.%I e
+WHERE e.ev_txid >= pg_snapshot_xmin($3) AND e.ev_txid < pg_snapshot_xmax($4)
+  AND pg_visible_in_snapshot(e.ev_txid, $4) AND NOT pg_visible_in_snapshot(e.ev_txid, $3)
+ORDER BY e.ev_id;
+RETURN;', pgmq._format_table_name(t.name, 's')) FROM unnest(v_names) WITH ORDINALITY AS t(name, o) ORDER BY t.o),
+            '$1')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._rebuild_stream_paths() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_stream_paths() TO PUBLIC;
+
+-- _heal_stream_paths: a path met a stream it lacks (its tree was written before the stream
+-- existed, by an install script or an upgrade that replaced it): rebuild, unless that would
+-- wait or the caller's snapshot could be stale. The next call takes the static path.
+CREATE FUNCTION pgmq._heal_stream_paths(stream_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _heal_stream_paths.stream_name)
+       AND pg_try_advisory_xact_lock(hashtext('pgmq.stream_paths')) THEN
+        PERFORM pgmq._rebuild_stream_paths();
+    END IF;
+END;
+$fn$;
+
+-- _streams_changed: pgmq.streams gained or lost rows (create_stream, drop_stream, pg_restore) or a
+-- stream moved to a new segment (rotation): the paths follow, in the same transaction.
+CREATE FUNCTION pgmq._streams_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF EXISTS (SELECT 1 FROM old_rows o JOIN new_rows n ON n.stream_name = o.stream_name
+                   WHERE n.current_segment <> o.current_segment) THEN
+            PERFORM pgmq._rebuild_stream_paths();
+        END IF;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM new_rows) THEN
+            PERFORM pgmq._rebuild_stream_paths();
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM old_rows) THEN
+        PERFORM pgmq._rebuild_stream_paths();
+    END IF;
+    RETURN NULL;
+END;
+$fn$;
+
+CREATE TRIGGER streams_added AFTER INSERT ON pgmq.streams
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
+CREATE TRIGGER streams_removed AFTER DELETE ON pgmq.streams
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
+CREATE TRIGGER streams_rotated AFTER UPDATE ON pgmq.streams
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmq._streams_changed();
+
+-- features/streams/functions/ticks.sql.j2
+-- _stream_privilege: the caller may read (SELECT) or write (INSERT) the stream. PL/pgSQL, not
+-- SQL: a SQL function that pins search_path is planned on every call (~30 us measured), and the
+-- readers and the row security of the streams' catalog call it for every batch.
+CREATE FUNCTION pgmq._stream_privilege(stream_name text, privilege text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN coalesce(has_table_privilege(
+               to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))), privilege),
+           false);
+END;
+$fn$;
+
+-- _stream_tick: a new tick of the stream (its id), or NULL when the caller's transaction is not
+-- READ COMMITTED (its snapshot could be older than the last tick's). Tick makers take turns
+-- (a session lock released at once, not held to the end of the caller's transaction), so a
+-- later tick id always has a later snapshot: batches cut at consecutive ticks neither skip nor
+-- repeat an event. SECURITY DEFINER: PUBLIC cannot write ticks; a tick depends on nothing the
+-- caller gives but the name.
+CREATE FUNCTION pgmq._stream_tick(stream_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id  bigint;
+    v_key bigint := hashtext('pgmq.stream_tick_' || stream_name);
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_tick.stream_name) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_advisory_lock(v_key);
+    BEGIN
+        -- its own statement, after the lock: the snapshot is taken now
+        INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
+        VALUES (stream_name, nextval('pgmq.stream_tick_seq'), clock_timestamp(), pg_current_snapshot(),
+                coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0))
+        RETURNING tick_id INTO v_id;
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM pg_advisory_unlock(v_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(v_key);
+    RETURN v_id;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._stream_tick(stream_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._stream_tick(stream_name text) TO PUBLIC;
+
+-- _stream_news: whether something may have committed since tick `tick_id` that it did not see,
+-- so that a new tick would cut a batch: ids were handed out since (their transactions may have
+-- committed), or an event committed since whose id is older (its transaction took the id before
+-- the tick and committed after it: with nothing sent after it, it would wait for the next send).
+CREATE FUNCTION pgmq._stream_news(stream_name text, tick_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_t pgmq.stream_ticks;
+BEGIN
+    SELECT * INTO v_t FROM pgmq.stream_ticks t
+    WHERE t.stream_name = _stream_news.stream_name AND t.tick_id = _stream_news.tick_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0) > v_t.last_ev_id THEN
+        RETURN true;
+    END IF;
+    -- (few rows: without new ids, only such late commits are past the tick)
+    RETURN EXISTS (SELECT 1 FROM pgmq._stream_events(stream_name, NULL, v_t.tick_snapshot, pg_current_snapshot()));
+END;
+$fn$;
+
+-- _stream_maintain: rotation (a new segment every rotation_period) and retention (closed
+-- segments dropped whole, oldest first, once past retention or over retention_bytes, their
+-- writers finished and, unless drop_unacked, every subscription's acknowledged position past
+-- them), then the ticks before the oldest segment. Skips a stream another session maintains
+-- and a segment it cannot lock at once; rotates only in READ COMMITTED and when no other
+-- transaction is rewriting the static paths (the next tick does it). SECURITY DEFINER: the
+-- tables are the extension owner's; what it does depends on the catalog and the clock only.
+CREATE FUNCTION pgmq._stream_maintain(stream_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '100ms'
+AS $fn$
+DECLARE
+    v_s      pgmq.streams;
+    v_g      record;
+    v_table  text;
+    v_bytes  bigint;
+    v_oldest timestamptz;
+    v_rotate boolean := false;
+BEGIN
+    -- the paths' lock before the stream's row (_macros/stream.sql.j2, lock_stream_paths)
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND EXISTS (SELECT 1 FROM pgmq.streams s
+                   JOIN pgmq.stream_segments g ON g.stream_name = s.stream_name AND g.segment = s.current_segment
+                   WHERE s.stream_name = _stream_maintain.stream_name
+                     AND g.opened_at <= clock_timestamp() - s.rotation_period) THEN
+        v_rotate := pg_try_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    END IF;
+    -- NO KEY UPDATE: maintainers take turns, while readers' ticks (whose foreign key takes KEY
+    -- SHARE on this row) never wait for a rotation
+    SELECT * INTO v_s FROM pgmq.streams s WHERE s.stream_name = _stream_maintain.stream_name
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_rotate AND (SELECT g.opened_at FROM pgmq.stream_segments g
+                     WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment)
+                    <= clock_timestamp() - v_s.rotation_period THEN
+        UPDATE pgmq.stream_segments g SET closed_at = clock_timestamp(), closed_snapshot = pg_current_snapshot()
+        WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment;
+        EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
+                       pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
+        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text);
+        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text,
+                       (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = v_s.stream_name));
+        INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (v_s.stream_name, v_s.current_segment + 1);
+        UPDATE pgmq.streams s SET current_segment = v_s.current_segment + 1
+        WHERE s.stream_name = v_s.stream_name;
+    END IF;
+
+    FOR v_g IN SELECT g.segment, g.closed_at, g.closed_snapshot FROM pgmq.stream_segments g
+               WHERE g.stream_name = v_s.stream_name AND g.closed_at IS NOT NULL ORDER BY g.segment LOOP
+        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_g.segment % 100000)::text;
+        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (g.segment % 100000)::text))))
+        INTO v_bytes FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
+        -- due: past retention (and a second, so that no producer that chose it is still
+        -- inserting), or the stream is over its size
+        EXIT WHEN NOT (v_g.closed_at <= clock_timestamp() - greatest(v_s.retention, interval '1 second')
+                       OR coalesce(v_bytes > v_s.retention_bytes, false));
+        -- every transaction that could still write to it has ended
+        EXIT WHEN pg_snapshot_xmax(v_g.closed_snapshot) > pg_snapshot_xmin(pg_current_snapshot());
+        -- a subscription whose acknowledged position does not see every event in it: by the
+        -- events themselves (an empty segment, or one read to its end, goes even while the stream
+        -- is idle and no tick moves the positions past its close)
+        IF EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                   JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
+                   WHERE u.stream_name = v_s.stream_name
+                     AND pgmq._stream_count_unseen(v_table, t.tick_snapshot) > 0) THEN
+            EXIT WHEN NOT v_s.drop_unacked;
+            -- the subscriptions behind it learn what they lost
+            UPDATE pgmq.stream_subscriptions u SET lost = u.lost + n.lost
+            FROM (SELECT u2.subscription_name, c.lost
+                  FROM pgmq.stream_subscriptions u2
+                  JOIN pgmq.stream_ticks t ON t.stream_name = u2.stream_name AND t.tick_id = u2.position
+                  CROSS JOIN LATERAL pgmq._stream_count_unseen(v_table, t.tick_snapshot) c(lost)
+                  WHERE u2.stream_name = v_s.stream_name) n
+            WHERE u.stream_name = v_s.stream_name AND u.subscription_name = n.subscription_name;
+        END IF;
+        BEGIN
+            EXECUTE format('DROP TABLE pgmq.%I', v_table);
+        EXCEPTION WHEN lock_not_available THEN
+            EXIT;  -- a reader has it open: next time
+        END;
+        DELETE FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name AND g.segment = v_g.segment;
+    END LOOP;
+
+    -- ticks before the oldest segment opened are no longer cut points, except the newest of them
+    -- (where 'earliest' starts) and those a subscription or a batch stands on
+    SELECT min(g.opened_at) INTO v_oldest FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
+    DELETE FROM pgmq.stream_ticks t
+    WHERE t.stream_name = v_s.stream_name AND t.tick_time < v_oldest
+      AND t.tick_id < (SELECT max(t2.tick_id) FROM pgmq.stream_ticks t2
+                       WHERE t2.stream_name = v_s.stream_name AND t2.tick_time < v_oldest)
+      AND NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                      WHERE u.stream_name = t.stream_name AND t.tick_id IN (u.position, u.handed))
+      AND NOT EXISTS (SELECT 1 FROM pgmq.stream_batches b
+                      WHERE b.stream_name = t.stream_name AND t.tick_id IN (b.from_tick, b.to_tick));
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._stream_maintain(stream_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._stream_maintain(stream_name text) TO PUBLIC;
+
+-- _stream_count_unseen: events of a segment a snapshot does not see (what a subscription at it
+-- has not acknowledged, or loses); those before the snapshot's xmin it sees, so the ev_txid index
+-- reads only the rest.
+CREATE FUNCTION pgmq._stream_count_unseen(table_name text, snap pg_snapshot)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_n bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM pgmq.%I WHERE ev_txid >= pg_snapshot_xmin($1) AND NOT pg_visible_in_snapshot(ev_txid, $1)',
+                   table_name)
+    INTO v_n USING snap;
+    RETURN v_n;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.stream_tick(stream_name text DEFAULT NULL::text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name  text;
+    v_ticks integer := 0;
+BEGIN
+    IF stream_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_tick.stream_name) THEN
+        PERFORM pgmq._format_table_name(stream_name, 's');
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
+                  WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
+                  ORDER BY s.stream_name LOOP
+        -- skip a stream that is being created or dropped (its sequence may be gone by now)
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('pgmq.stream_' || v_name));
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
+        IF pgmq._stream_news(v_name, (SELECT max(t.tick_id) FROM pgmq.stream_ticks t
+                                              WHERE t.stream_name = v_name)) THEN
+            v_ticks := v_ticks + ((pgmq._stream_tick(v_name)) IS NOT NULL)::integer;
+        END IF;
+        PERFORM pgmq._stream_maintain(v_name);
+    END LOOP;
+    RETURN v_ticks;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_tick(stream_name text) IS 'Tick the stream (or every stream) when events came since its last tick, rotate its segments and apply its retention; returns how many ticks were made. Readers tick on their own: call this from pg_cron (every few seconds to minutes) so that retention runs while nobody reads.';
+
+-- features/streams/functions/subscriptions.sql.j2
+CREATE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text, retry_queue text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_tick bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(subscribe.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', subscribe.stream_name);
+    END IF;
+    IF subscription_name IS NULL OR subscription_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    END IF;
+    IF retry_queue IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(retry_queue, 'q');
+        PERFORM pgmq._validate_queue_name(retry_queue);
+        -- an ordinary queue of the caller's; one another role made first is refused, so nobody
+        -- can squat a name to receive a subscription's failed events
+        PERFORM pgmq.create(retry_queue);
+        IF NOT pgmq._owns_queue(retry_queue) THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('retry queue "%s" belongs to role "%s"', retry_queue,
+                                 (SELECT o.owner FROM pgmq.queue_owners o WHERE o.queue_name = subscribe.retry_queue)),
+                HINT = 'Name a queue of your own, or a new one.';
+        END IF;
+        UPDATE pgmq.stream_subscriptions u SET retry_queue = subscribe.retry_queue
+        WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name
+          AND u.retry_queue IS DISTINCT FROM subscribe.retry_queue;
+    END IF;
+    SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF FOUND THEN
+        RETURN v_tick;
+    END IF;
+    IF start = 'earliest' THEN
+        SELECT min(t.tick_id) INTO v_tick FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name;
+    ELSIF start = 'latest' THEN
+        v_tick := coalesce(pgmq._stream_tick(stream_name),
+                           (SELECT max(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
+    ELSIF start ~ '^[0-9]{1,18}$' THEN
+        SELECT t.tick_id INTO v_tick FROM pgmq.stream_ticks t
+        WHERE t.stream_name = subscribe.stream_name AND t.tick_id = start::bigint;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('stream "%s" has no position %s (kept: from %s)', stream_name, start,
+                                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
+        END IF;
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('start must be ''earliest'', ''latest'' or a position, got %s', coalesce(quote_literal(start), 'NULL'));
+    END IF;
+    INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed, retry_queue)
+    VALUES (stream_name, subscription_name, v_tick, v_tick, retry_queue)
+    ON CONFLICT DO NOTHING;
+    RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
+            WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription). Returns the starting position.';
+
+CREATE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(unsubscribe.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', unsubscribe.stream_name);
+    END IF;
+    DELETE FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = unsubscribe.stream_name AND u.subscription_name = unsubscribe.subscription_name;
+    RETURN FOUND;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text) IS 'Remove a subscription with its open batches; false when there is none.';
+
+
+CREATE FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer DEFAULT 30)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub  pgmq.stream_subscriptions;
+    v_b    record;
+    v_from bigint;
+    v_to   bigint;
+    v_id   bigint;
+    v_handed bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_read.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_read.stream_name);
+    END IF;
+    IF lease_seconds IS NULL OR lease_seconds < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'lease_seconds must be at least 1';
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+        RETURN;  -- another consumer of the subscription is cutting a batch or acknowledging: poll again
+    END IF;
+    v_handed := v_sub.handed;
+    LOOP
+        -- a batch whose lease ran out first, under a new id (its old holder's ack then fails).
+        -- Every batch out starts at or after the position: the index skips the settled ones,
+        -- which a held xmin horizon keeps as dead entries
+        SELECT b.batch_id, b.from_tick, b.to_tick INTO v_b FROM pgmq.stream_batches b
+        WHERE b.stream_name = stream_read.stream_name AND b.subscription_name = stream_read.subscription_name
+          AND b.from_tick >= v_sub.position AND b.leased_until < clock_timestamp()
+        ORDER BY b.from_tick LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            DELETE FROM pgmq.stream_batches b WHERE b.batch_id = v_b.batch_id;
+            v_from := v_b.from_tick;
+            v_to := v_b.to_tick;
+        ELSE
+            v_from := v_handed;
+            SELECT t.tick_id INTO v_to FROM pgmq.stream_ticks t
+            WHERE t.stream_name = stream_read.stream_name AND t.tick_id > v_from
+            ORDER BY t.tick_id LIMIT 1;
+            IF NOT FOUND THEN
+                -- tick now if something may have committed since the last tick
+                IF pgmq._stream_news(stream_name, v_from) THEN
+                    v_to := pgmq._stream_tick(stream_name);
+                END IF;
+                IF v_to IS NULL THEN
+                    RETURN;
+                END IF;
+            END IF;
+            UPDATE pgmq.stream_subscriptions u SET handed = v_to
+            WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name;
+            v_handed := v_to;
+        END IF;
+        INSERT INTO pgmq.stream_batches (stream_name, subscription_name, from_tick, to_tick, leased_until)
+        VALUES (stream_name, subscription_name, v_from, v_to, clock_timestamp() + make_interval(secs => lease_seconds))
+        RETURNING stream_batches.batch_id INTO v_id;
+        RETURN QUERY SELECT * FROM pgmq._stream_events(
+            stream_name, v_id,
+            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_from),
+            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_to));
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        PERFORM pgmq._stream_settle(stream_name, subscription_name, v_id);  -- empty: done, next
+    END LOOP;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer) IS 'The next batch of a subscription (every event in it carries its batch_id), leased to the caller for lease_seconds: acknowledge it with stream_ack, in the transaction that stores what it did for exactly-once. Nothing when nothing is new, or while another consumer of the subscription is cutting a batch. A batch whose lease ran out goes to the next caller under a new batch_id.';
+
+-- _stream_settle: a batch is done: its row goes, and the position moves up to the oldest batch
+-- still out (or to the last handed out). False when the batch is not out.
+CREATE FUNCTION pgmq._stream_settle(stream_name text, subscription_name text, batch_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    DELETE FROM pgmq.stream_batches b
+    WHERE b.batch_id = _stream_settle.batch_id AND b.stream_name = _stream_settle.stream_name
+      AND b.subscription_name = _stream_settle.subscription_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE pgmq.stream_subscriptions u
+    SET position = coalesce((SELECT min(b.from_tick) FROM pgmq.stream_batches b
+                             WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name
+                               AND b.from_tick >= u.position),
+                            u.handed)
+    WHERE u.stream_name = _stream_settle.stream_name AND u.subscription_name = _stream_settle.subscription_name;
+    RETURN true;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub pgmq.stream_subscriptions;
+BEGIN
+    PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_ack.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_ack.stream_name);
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF NOT pgmq._stream_settle(stream_name, subscription_name, batch_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
+                             batch_id, subscription_name);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint) IS 'Acknowledge a batch of stream_read: the subscription''s position moves past it when no earlier batch is out. In the transaction that stores the batch''s results, it makes them exactly-once.';
+
+CREATE FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text DEFAULT NULL::text, delay integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub     pgmq.stream_subscriptions;
+    v_b       pgmq.stream_batches;
+    v_ids     bigint[];
+    v_msgs    jsonb[];
+    v_headers jsonb[];
+    v_missing bigint[];
+BEGIN
+    PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_nack.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_nack.stream_name);
+    END IF;
+    IF ev_ids IS NULL OR cardinality(ev_ids) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'ev_ids cannot be NULL or empty';
+    END IF;
+    IF delay IS NULL OR delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'delay must be a non-negative number of seconds';
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF v_sub.retry_queue IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('subscription "%s" of stream "%s" has no retry queue', subscription_name, stream_name),
+            HINT = 'Give it one: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
+    END IF;
+    SELECT * INTO v_b FROM pgmq.stream_batches b
+    WHERE b.batch_id = stream_nack.batch_id AND b.stream_name = stream_nack.stream_name
+      AND b.subscription_name = stream_nack.subscription_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
+                             batch_id, subscription_name);
+    END IF;
+    SELECT array_agg(e.ev_id ORDER BY e.ev_id), array_agg(e.message ORDER BY e.ev_id),
+           array_agg(coalesce(e.headers, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
+               'x-pgmq-stream', stream_name, 'x-pgmq-subscription', subscription_name,
+               'x-pgmq-ev-id', e.ev_id, 'x-pgmq-ev-time', e.ev_time, 'x-pgmq-last-error', error)) ORDER BY e.ev_id)
+    INTO v_ids, v_msgs, v_headers
+    FROM pgmq._stream_events(stream_name, v_b.batch_id,
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.from_tick),
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.to_tick)) e
+    WHERE e.ev_id = ANY (ev_ids);
+    v_missing := ARRAY(SELECT DISTINCT x FROM unnest(ev_ids) x WHERE x IS NULL OR NOT x = ANY (coalesce(v_ids, '{}')) ORDER BY 1);
+    IF cardinality(v_missing) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('events %s are not in batch %s', array_to_string(v_missing, ', ', 'NULL'), batch_id);
+    END IF;
+    PERFORM count(*) FROM pgmq.send_batch(v_sub.retry_queue, v_msgs, v_headers, delay);
+    RETURN cardinality(v_ids);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text, delay integer) IS 'Copy events of a batch that failed into the subscription''s retry queue (an ordinary queue: its retry policy and dead-letter queue apply there), with the error and where they came from in their headers, visible after delay seconds; then acknowledge the batch in the same transaction and the stream moves on. Returns how many events were copied.';
+
+CREATE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN pgmq.stream_rewind(stream_name, subscription_name,
+        coalesce((SELECT max(t.tick_id) FROM pgmq.stream_ticks t
+                  WHERE t.stream_name = stream_rewind.stream_name AND t.tick_time <= to_time),
+                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = stream_rewind.stream_name)));
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone) IS 'Move a subscription back (or forward) to the last position at or before to_time; its open batches are dropped and every event committed after that position is delivered again. Returns the position.';
+
+CREATE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub pgmq.stream_subscriptions;
+BEGIN
+    PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_rewind.stream_name);
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.stream_ticks t
+                   WHERE t.stream_name = stream_rewind.stream_name AND t.tick_id = to_position) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('stream "%s" has no position %s', stream_name, coalesce(to_position::text, 'NULL'));
+    END IF;
+    DELETE FROM pgmq.stream_batches b
+    WHERE b.stream_name = stream_rewind.stream_name AND b.subscription_name = stream_rewind.subscription_name;
+    UPDATE pgmq.stream_subscriptions u SET position = to_position, handed = to_position
+    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name;
+    RETURN to_position;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint) IS 'Move a subscription to a position (a tick id from stream_info or subscribe); its open batches are dropped. Returns the position.';
+
+CREATE FUNCTION pgmq.stream_info(stream_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.stream_info_record
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
+       CASE WHEN l.lag > 0 THEN extract(epoch FROM clock_timestamp() - t.tick_time)::double precision ELSE 0 END,
+       (SELECT count(*) FROM pgmq.stream_batches b
+        WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
+       u.lost, u.retry_queue
+FROM pgmq.stream_subscriptions u
+JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
+CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '_seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
+WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
+ORDER BY u.stream_name, u.subscription_name
+$fn$;
+COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
+
 -- ---------------------------------------------------------------- feature: routing
 
 -- features/routing/functions/validate.sql.j2
@@ -6372,6 +7520,21 @@ CREATE TABLE pgmq.exchange_bindings (
 );
 CREATE INDEX exchange_bindings_queue_idx ON pgmq.exchange_bindings (queue_name);
 SELECT pg_catalog.pg_extension_config_dump('pgmq.exchange_bindings', '');
+CREATE TABLE pgmq.stream_bindings (
+    exchange_name  text NOT NULL
+        CONSTRAINT stream_bindings_exchange_fk
+            REFERENCES pgmq.exchanges (exchange_name) ON DELETE CASCADE,
+    stream_name    VARCHAR NOT NULL
+        CONSTRAINT stream_bindings_stream_fk
+            REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
+    binding_key    text,
+    arguments      jsonb,
+    compiled_regex text GENERATED ALWAYS AS (pgmq._topic_regex(binding_key)) STORED,
+    bound_at       TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+    CONSTRAINT stream_bindings_unique UNIQUE NULLS NOT DISTINCT (exchange_name, binding_key, stream_name)
+);
+CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_bindings', '');
 
 
 -- Roles allowed to publish to an exchange besides its owner; 'public' (everyone) by default,
@@ -6496,10 +7659,10 @@ BEGIN
 END;
 $fn$;
 
--- _route: the queues a message reaches, each once, in name order. When no binding matches,
--- the alternate exchange (and its alternate, up to 8 hops) is tried.
+-- _route: the queues and streams a message reaches, each once: queues by name, then streams by
+-- name. When no binding matches, the alternate exchange (and its alternate, up to 8 hops) is tried.
 CREATE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
-RETURNS SETOF text
+RETURNS TABLE(queue_name text, stream_name text)
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -6514,18 +7677,34 @@ BEGIN
         SELECT e.exchange_type, e.alternate_exchange INTO v_type, v_next
         FROM pgmq.exchanges e WHERE e.exchange_name = v_name;
         IF v_type = 'fanout' THEN
-            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
-                         WHERE b.exchange_name = v_name ORDER BY 1;
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name ORDER BY 1, 2;
         ELSIF v_type = 'direct' THEN
-            RETURN QUERY SELECT b.queue_name FROM pgmq.exchange_bindings b
-                         WHERE b.exchange_name = v_name AND b.binding_key = routing_key ORDER BY 1;
+            RETURN QUERY SELECT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND b.binding_key = routing_key ORDER BY 1, 2;
         ELSIF v_type = 'topic' THEN
-            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
-                         WHERE b.exchange_name = v_name AND routing_key ~ b.compiled_regex ORDER BY 1;
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND routing_key ~ b.compiled_regex ORDER BY 1, 2;
         ELSIF v_type = 'headers' THEN
-            RETURN QUERY SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
                          WHERE b.exchange_name = v_name AND pgmq._headers_match(b.arguments, headers)
-                         ORDER BY 1;
+                         ORDER BY 1, 2;
         END IF;
         EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8;
         v_name := v_next;
@@ -6592,8 +7771,8 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.create_exchange(e_name name, e_type text) IS 'Create an exchange of type fanout (default), direct, topic or headers; publishing is open to everyone until revoke_publish_access.';
 
--- drop_exchange: with do_cascade the bound queues are dropped too (pgpro_queue's rule);
--- without it the exchange must have no bindings.
+-- drop_exchange: with do_cascade the bound queues are dropped too (pgpro_queue's rule), and the
+-- bound streams likewise; without it the exchange must have no bindings.
 CREATE FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -6624,15 +7803,20 @@ BEGIN
                        WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
             PERFORM pgmq.drop_queue(v_queue);
         END LOOP;
-    ELSIF EXISTS (SELECT 1 FROM pgmq.exchange_bindings b WHERE b.exchange_name = v_ex.exchange_name) THEN
+        FOR v_queue IN SELECT DISTINCT b.stream_name FROM pgmq.stream_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_stream(v_queue);
+        END LOOP;
+    ELSIF EXISTS (SELECT 1 FROM pgmq.exchange_bindings b WHERE b.exchange_name = v_ex.exchange_name)
+          OR EXISTS (SELECT 1 FROM pgmq.stream_bindings b WHERE b.exchange_name = v_ex.exchange_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
-            MESSAGE = format('cannot drop exchange "%s" because queues are bound to it', e_name),
-            HINT = 'Unbind the queues, or use do_cascade => true to drop them with it.';
+            MESSAGE = format('cannot drop exchange "%s" because queues or streams are bound to it', e_name),
+            HINT = 'Unbind them, or use do_cascade => true to drop them with it.';
     END IF;
     DELETE FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean) IS 'Drop an exchange; do_cascade also drops every queue bound to it, otherwise bound queues make it fail.';
+COMMENT ON FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean) IS 'Drop an exchange; do_cascade also drops every queue and stream bound to it, otherwise bound queues and streams make it fail.';
 
 -- set_unroutable: what a publish that matches no binding does: try the alternate exchange,
 -- then raise a NOTICE ('notice', the default) or an error ('error', which aborts the publish).
@@ -6693,19 +7877,24 @@ ORDER BY e.exchange_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_exchanges() IS 'Every exchange with its type, owner and unroutable handling.';
 
--- list_exchange_bindings: the bindings of one exchange, or of all (NULL).
+-- list_exchange_bindings: the bindings of one exchange, or of all (NULL); a queue's have
+-- queue_name, a stream's stream_name.
 CREATE FUNCTION pgmq.list_exchange_bindings(exchange_name text DEFAULT NULL::text)
-RETURNS TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone)
+RETURNS TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone, stream_name text)
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT b.exchange_name, b.queue_name, b.binding_key, b.bound_at
+SELECT b.exchange_name, b.queue_name, b.binding_key, b.bound_at, NULL::text
 FROM pgmq.exchange_bindings b
 WHERE $1 IS NULL OR b.exchange_name = $1
-ORDER BY b.exchange_name, b.queue_name, b.binding_key
+UNION ALL
+SELECT s.exchange_name, NULL::text, s.binding_key, s.bound_at, s.stream_name::text
+FROM pgmq.stream_bindings s
+WHERE $1 IS NULL OR s.exchange_name = $1
+ORDER BY 1, 2, 5, 3
 $fn$;
-COMMENT ON FUNCTION pgmq.list_exchange_bindings(exchange_name text) IS 'Bindings of one exchange (or of every exchange when NULL).';
+COMMENT ON FUNCTION pgmq.list_exchange_bindings(exchange_name text) IS 'Bindings of one exchange (or of every exchange when NULL): of queues (queue_name) and of streams (stream_name).';
 
 -- features/routing/functions/bindings.sql.j2
 -- _bind: the one way a binding is made (bind_queue, bind_topic). The key is checked for the
@@ -6735,7 +7924,7 @@ BEGIN
         binding_key := NULL;
     ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
-            MESSAGE = format('a binding to direct exchange "%s" needs a key', exchange_name);
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
     ELSIF v_ex.exchange_type = 'topic' THEN
         PERFORM pgmq._validate_topic_pattern(binding_key);
     ELSIF v_ex.exchange_type = 'headers' THEN
@@ -6900,37 +8089,131 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.test_routing(routing_key text) IS 'Dry run: the bindings a routing key matches.';
 
--- features/routing/functions/publish.sql.j2
--- publish: one copy of the message into every queue the exchange routes it to, atomically
--- (any failing send aborts them all). Each copy goes through send(), so priorities, dedup,
--- TTL and the target queue's retry policy apply to it. Returns (queue, msg_id) per copy.
-CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
-RETURNS TABLE(queue_name text, msg_id bigint)
+CREATE FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_ex    pgmq.exchanges;
-    v_queue text;
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    PERFORM pgmq._format_table_name(bind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', bind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', bind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(bind_stream.stream_name, 'INSERT') AND pgmq._may_publish(bind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind stream "%s" to exchange "%s"', bind_stream.stream_name, bind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.stream_bindings (exchange_name, stream_name, binding_key, arguments)
+    VALUES (exchange_name, stream_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT stream_bindings_unique DO NOTHING;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text) IS 'Bind a stream to an exchange: binding_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). A publish routed to it writes one event. Idempotent.';
+
+CREATE FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    PERFORM pgmq._format_table_name(unbind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unbind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', unbind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(unbind_stream.stream_name, 'INSERT') AND pgmq._may_publish(unbind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to unbind stream "%s" from exchange "%s"', unbind_stream.stream_name, unbind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.stream_bindings b
+    WHERE b.exchange_name = unbind_stream.exchange_name AND b.stream_name = unbind_stream.stream_name
+      AND (unbind_stream.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = unbind_stream.binding_key);
+    IF NOT FOUND THEN
+        RAISE NOTICE 'stream "%" was not bound to exchange "%" with key %', stream_name, exchange_name, coalesce(binding_key, 'NULL');
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
+
+-- features/routing/functions/publish.sql.j2
+-- publish: one copy of the message into every queue the exchange routes it to and one event
+-- into every stream, atomically (any failing send aborts them all). Each queue's copy goes
+-- through send(), so priorities, dedup, TTL and the target queue's retry policy apply to it; each
+-- stream's through stream_send() (a stream has no delay: its event is there once the publish
+-- commits). Returns (queue_name, msg_id) per queue and (stream_name, ev_id) per stream.
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex     pgmq.exchanges;
+    v_to     record;
+    v_routed boolean := false;
 BEGIN
     v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
     IF msg IS NULL THEN
         RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    FOR v_queue IN SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q) LOOP
-        RETURN QUERY SELECT v_queue, s.id FROM pgmq.send(v_queue, msg, headers, delay) AS s(id);
+    FOR v_to IN SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r LOOP
+        v_routed := true;
+        IF v_to.queue_name IS NOT NULL THEN
+            RETURN QUERY SELECT v_to.queue_name, s.id, NULL::text, NULL::bigint
+                         FROM pgmq.send(v_to.queue_name, msg, headers, delay) AS s(id);
+        ELSE
+            RETURN QUERY SELECT NULL::text, NULL::bigint, v_to.stream_name,
+                                pgmq.stream_send(v_to.stream_name, msg, headers);
+        END IF;
     END LOOP;
-    IF v_queue IS NULL THEN
+    IF NOT v_routed THEN
         PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
     END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible at the given time. Returns one row per queue reached.';
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
 
 -- publish(..., delay integer): the main form, delay in seconds.
 CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
-RETURNS TABLE(queue_name text, msg_id bigint)
+RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -6944,21 +8227,21 @@ COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb
 
 -- test_exchange_routing: a dry run of publish.
 CREATE FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb)
-RETURNS TABLE(queue_name text)
+RETURNS TABLE(queue_name text, stream_name text)
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq._exchange_for_publish(exchange_name, routing_key);
-    RETURN QUERY SELECT r.q FROM pgmq._route(exchange_name, routing_key, headers) AS r(q);
+    RETURN QUERY SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb) IS 'Dry run: the queues a publish with this key and these headers would reach.';
+COMMENT ON FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb) IS 'Dry run: the queues (queue_name) and streams (stream_name) a publish with this key and these headers would reach.';
 
 -- features/routing/functions/send_topic.sql.j2
--- send_topic: upstream's name for publishing to the built-in topic exchange 'pgmq.topic';
--- returns how many queues got a copy. All or nothing: any failing send aborts the whole call.
+-- send_topic: upstream's name for publishing to the built-in topic exchange 'pgmq.topic' (which
+-- takes queues only: bind_stream refuses it); returns how many queues got a copy. All or nothing: any failing send aborts the whole call.
 -- Upstream's checks and texts first. A key no binding matches gives 0 and no NOTICE, as
 -- upstream (our exchanges' NOTICE is not printed here; set_unroutable('pgmq.topic', 'error')
 -- still makes it an error).
@@ -6983,7 +8266,7 @@ BEGIN
     END IF;
     v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
     v_vt := pgmq._delay_to_vt(delay);
-    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, headers) AS r(q) LOOP
+    FOR v_queue IN SELECT r.queue_name FROM pgmq._route('pgmq.topic', routing_key, headers) r LOOP
         PERFORM pgmq.send(v_queue, msg, headers, v_vt);
         v_count := v_count + 1;
     END LOOP;
@@ -7053,7 +8336,7 @@ BEGIN
     PERFORM pgmq.validate_routing_key(routing_key);
     PERFORM pgmq._validate_batch_params(msgs, headers);
     v_ex := pgmq._exchange_for_publish('pgmq.topic', routing_key);
-    FOR v_queue IN SELECT r.q FROM pgmq._route('pgmq.topic', routing_key, NULL) AS r(q)
+    FOR v_queue IN SELECT r.queue_name FROM pgmq._route('pgmq.topic', routing_key, NULL) r
     LOOP
         RETURN QUERY SELECT v_queue, s.msg_id
                      FROM pgmq._send_batch(v_queue, msgs, headers, delay) AS s(msg_id);
@@ -8937,809 +10220,6 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
 
--- ---------------------------------------------------------------- feature: streams
-
--- features/streams/tables.sql.j2
--- The streams and their storage settings. current_segment: the segment producers write to.
-CREATE TABLE pgmq.streams (
-    stream_name     VARCHAR PRIMARY KEY,
-    owner           NAME NOT NULL,
-    retention       INTERVAL NOT NULL,
-    rotation_period INTERVAL NOT NULL,
-    retention_bytes BIGINT,
-    drop_unacked    BOOLEAN NOT NULL,
-    current_segment BIGINT NOT NULL DEFAULT 0,
-    created_at      TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
-);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.streams', '');
-
-
--- A stream's segment tables. closed_snapshot: pg_current_snapshot() when producers were sent to
--- the next segment; the transactions in progress in it may still write here.
-CREATE TABLE pgmq.stream_segments (
-    stream_name     VARCHAR NOT NULL
-        CONSTRAINT stream_segments_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
-    segment         BIGINT NOT NULL,
-    opened_at       TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
-    closed_at       TIMESTAMP WITH TIME ZONE,
-    closed_snapshot PG_SNAPSHOT,
-    PRIMARY KEY (stream_name, segment)
-);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_segments', '');
-
-
--- Ticks: the snapshots that cut a stream into batches (tick 0: the stream's creation).
-CREATE TABLE pgmq.stream_ticks (
-    stream_name   VARCHAR NOT NULL
-        CONSTRAINT stream_ticks_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
-    tick_id       BIGINT NOT NULL,
-    tick_time     TIMESTAMP WITH TIME ZONE NOT NULL,
-    tick_snapshot PG_SNAPSHOT NOT NULL,
-    last_ev_id    BIGINT NOT NULL,
-    PRIMARY KEY (stream_name, tick_id)
-);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_ticks', '');
-
-
--- Subscriptions: position = the tick up to which every event is acknowledged; handed = the
--- last tick handed out in a batch; lost = events retention dropped before they were.
-CREATE TABLE pgmq.stream_subscriptions (
-    stream_name       VARCHAR NOT NULL
-        CONSTRAINT stream_subscriptions_stream_fk REFERENCES pgmq.streams (stream_name) ON DELETE CASCADE,
-    subscription_name TEXT NOT NULL CHECK (subscription_name <> ''),
-    position          BIGINT NOT NULL,
-    handed            BIGINT NOT NULL,
-    lost              BIGINT NOT NULL DEFAULT 0,
-    created_by        NAME NOT NULL DEFAULT current_user,
-    created_at        TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
-    PRIMARY KEY (stream_name, subscription_name)
-);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_subscriptions', '');
-
-
--- Batches handed out and not acknowledged yet: the events committed after from_tick's snapshot
--- and by to_tick's. A lease that runs out hands the batch out again under a new batch_id.
-CREATE TABLE pgmq.stream_batches (
-    batch_id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    stream_name       VARCHAR NOT NULL,
-    subscription_name TEXT NOT NULL,
-    from_tick         BIGINT NOT NULL,
-    to_tick           BIGINT NOT NULL,
-    leased_until      TIMESTAMP WITH TIME ZONE NOT NULL,
-    CONSTRAINT stream_batches_subscription_fk FOREIGN KEY (stream_name, subscription_name)
-        REFERENCES pgmq.stream_subscriptions (stream_name, subscription_name) ON DELETE CASCADE
-);
-CREATE INDEX stream_batches_subscription_idx ON pgmq.stream_batches (stream_name, subscription_name, from_tick);
-SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_batches', '');
-
-
--- One subscription's row of stream_info().
-CREATE TYPE pgmq.stream_info_record AS (
-    stream_name       TEXT,
-    subscription_name TEXT,
-    "position"        BIGINT,
-    position_time     TIMESTAMP WITH TIME ZONE,
-    lag_events        BIGINT,
-    lag_seconds       DOUBLE PRECISION,
-    batches_out       BIGINT,
-    lost              BIGINT
-);
-
--- Tick ids of every stream: a sequence, not max()+1, so that a tick made in a transaction that
--- has not committed yet never blocks the next one (see _stream_tick).
-CREATE SEQUENCE pgmq.stream_tick_seq;
-SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_tick_seq', '');
-
-
--- Streams, segments and ticks are written by our SECURITY DEFINER routines only;
--- subscriptions and batches by their readers (row security: features/access/policies.sql.j2).
-GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
-
--- features/streams/functions/admin.sql.j2
--- _create_stream_for: makes a stream for the proven caller. SECURITY DEFINER: its tables belong
--- to the extension's owner (no stream owner can attach code to them); the caller becomes the
--- stream's owner in pgmq.streams with table privileges only. Idempotent for its owner.
-CREATE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller name := pgmq._proven_caller();
-    v_parent text := pgmq._format_table_name(stream_name, 's');
-    v_owner  name;
-BEGIN
-    PERFORM pgmq._validate_queue_name(stream_name);
-    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
-    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name;
-    IF FOUND THEN
-        IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
-            RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
-                MESSAGE = format('stream "%s" exists and belongs to role "%s"', stream_name, v_owner);
-        END IF;
-        RETURN;
-    END IF;
-    IF to_regclass(format('pgmq.%I', v_parent)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-            MESSAGE = format('stream "%s" conflicts with an existing table pgmq.%s', stream_name, v_parent);
-    END IF;
-    EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '_seq');
-    EXECUTE format(
-        $q$CREATE TABLE pgmq.%I (
-            ev_id   BIGINT NOT NULL DEFAULT nextval(%L::regclass),
-            ev_txid XID8 NOT NULL DEFAULT pg_current_xact_id(),
-            ev_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT clock_timestamp(),
-            message JSONB,
-            headers JSONB
-        )$q$, v_parent, 'pgmq.' || quote_ident(v_parent || '_seq'));
-    INSERT INTO pgmq.streams (stream_name, owner, retention, rotation_period, retention_bytes, drop_unacked)
-    VALUES (stream_name, v_caller, retention, rotation_period, retention_bytes, drop_unacked);
-    EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
-    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text);
-    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text,
-                   (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
-    INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
-    -- tick 0: the stream's creation, where 'earliest' starts
-    INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
-    VALUES (stream_name, 0, clock_timestamp(), pg_current_snapshot(), 0);
-    IF v_caller <> current_user THEN
-        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', v_parent, v_caller);
-        EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '_seq', v_caller);
-    END IF;
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) TO PUBLIC;
-
-CREATE FUNCTION pgmq.create_stream(stream_name text, retention interval DEFAULT '7 days'::interval, rotation_period interval DEFAULT '01:00:00'::interval, retention_bytes bigint DEFAULT NULL::bigint, drop_unacked boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM pgmq._format_table_name(stream_name, 's');
-    PERFORM pgmq._validate_queue_name(stream_name);
-    IF retention IS NULL OR retention < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention must be a non-negative interval';
-    END IF;
-    IF rotation_period IS NULL OR rotation_period < interval '1 second' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'rotation_period must be at least 1 second';
-    END IF;
-    IF retention_bytes <= 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention_bytes must be positive';
-    END IF;
-    IF drop_unacked IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'drop_unacked cannot be NULL';
-    END IF;
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._create_stream_for(stream_name, retention, rotation_period, retention_bytes, drop_unacked);
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.create_stream(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) IS 'Create a stream (an append-only log with subscriptions; idempotent): events are kept at least retention after their segment closes (and while a subscription has not acknowledged them, unless drop_unacked), in segments rotated every rotation_period; retention_bytes caps the size.';
-
--- _drop_stream_for: drops a stream's tables and catalog rows, for its owner.
-CREATE FUNCTION pgmq._drop_stream_for(stream_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_caller name := pgmq._proven_caller();
-    v_parent text := pgmq._format_table_name(stream_name, 's');
-    v_owner  name;
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
-    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('must be owner of stream "%s"', stream_name);
-    END IF;
-    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
-    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '_seq');
-    DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
-    RETURN true;
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._drop_stream_for(stream_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._drop_stream_for(stream_name text) TO PUBLIC;
-
-CREATE FUNCTION pgmq.drop_stream(stream_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM pgmq._format_table_name(stream_name, 's');
-    PERFORM pgmq._prove_caller();
-    RETURN pgmq._drop_stream_for(stream_name);
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.drop_stream(stream_name text) IS 'Drop a stream with its events and subscriptions; false when there is none.';
-
-CREATE FUNCTION pgmq.list_streams()
-RETURNS TABLE(stream_name text, owner name, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean, segments bigint, total_bytes bigint, created_at timestamp with time zone)
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT s.stream_name, s.owner, s.retention, s.rotation_period, s.retention_bytes, s.drop_unacked,
-       (SELECT count(*) FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
-       (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(to_regclass(
-                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '_' || (g.segment % 100000)::text)))), 0)::bigint
-        FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
-       s.created_at
-FROM pgmq.streams s
-ORDER BY s.stream_name
-$fn$;
-COMMENT ON FUNCTION pgmq.list_streams() IS 'Every stream with its settings, current segment and size.';
-
--- features/streams/functions/publish.sql.j2
-CREATE FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb DEFAULT NULL::jsonb)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_seg bigint;
-    v_id  bigint;
-BEGIN
-    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = stream_send.stream_name;
-    IF NOT FOUND THEN
-        PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
-    END IF;
-    EXECUTE format('INSERT INTO pgmq.%I (message, headers) VALUES ($1, $2) RETURNING ev_id',
-                   pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
-    INTO v_id USING msg, headers;
-    RETURN v_id;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_send(stream_name text, msg jsonb, headers jsonb) IS 'Append one event to a stream; returns its ev_id. It is delivered to every subscription once the transaction commits.';
-
-CREATE FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[] DEFAULT NULL::jsonb[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_seg bigint;
-BEGIN
-    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'msgs cannot be NULL or empty';
-    END IF;
-    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('headers must have as many elements as msgs (%s, not %s)', cardinality(msgs), cardinality(headers));
-    END IF;
-    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = stream_send_batch.stream_name;
-    IF NOT FOUND THEN
-        PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
-    END IF;
-    RETURN QUERY EXECUTE format(
-        $q$WITH ins AS (
-               INSERT INTO pgmq.%I (message, headers)
-               SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
-               RETURNING ev_id)
-           SELECT ev_id FROM ins ORDER BY ev_id$q$,
-        pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
-    USING msgs, coalesce(headers, array_fill(NULL::jsonb, ARRAY[cardinality(msgs)]));
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_send_batch(stream_name text, msgs jsonb[], headers jsonb[]) IS 'Append many events to a stream in one statement; ev_ids come back in array order.';
-
--- features/streams/functions/ticks.sql.j2
--- _stream_privilege: the caller may read (SELECT) or write (INSERT) the stream.
-CREATE FUNCTION pgmq._stream_privilege(stream_name text, privilege text)
-RETURNS boolean
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT coalesce(pg_catalog.has_table_privilege(
-                    to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 's'))), $2),
-                false)
-$fn$;
-
--- _stream_tick: a new tick of the stream (its id), or NULL when the caller's transaction is not
--- READ COMMITTED (its snapshot could be older than the last tick's). Tick makers take turns
--- (a session lock released at once, not held to the end of the caller's transaction), so a
--- later tick id always has a later snapshot: batches cut at consecutive ticks neither skip nor
--- repeat an event. SECURITY DEFINER: PUBLIC cannot write ticks; a tick depends on nothing the
--- caller gives but the name.
-CREATE FUNCTION pgmq._stream_tick(stream_name text)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_id  bigint;
-    v_key bigint := hashtext('pgmq.stream_tick_' || stream_name);
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed'
-       OR NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_tick.stream_name) THEN
-        RETURN NULL;
-    END IF;
-    PERFORM pg_advisory_lock(v_key);
-    BEGIN
-        -- its own statement, after the lock: the snapshot is taken now
-        INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
-        VALUES (stream_name, nextval('pgmq.stream_tick_seq'), clock_timestamp(), pg_current_snapshot(),
-                coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0))
-        RETURNING tick_id INTO v_id;
-    EXCEPTION WHEN OTHERS THEN
-        PERFORM pg_advisory_unlock(v_key);
-        RAISE;
-    END;
-    PERFORM pg_advisory_unlock(v_key);
-    RETURN v_id;
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._stream_tick(stream_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._stream_tick(stream_name text) TO PUBLIC;
-
--- _stream_maintain: rotation (a new segment every rotation_period) and retention (closed
--- segments dropped whole, oldest first, once past retention or over retention_bytes, their
--- writers finished and, unless drop_unacked, every subscription's acknowledged position past
--- them), then the ticks before the oldest segment. Skips a stream another session maintains
--- and a segment it cannot lock at once. SECURITY DEFINER: the tables are the extension owner's;
--- what it does depends on the catalog and the clock only.
-CREATE FUNCTION pgmq._stream_maintain(stream_name text)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = '100ms'
-AS $fn$
-DECLARE
-    v_s      pgmq.streams;
-    v_g      record;
-    v_table  text;
-    v_bytes  bigint;
-    v_oldest timestamptz;
-BEGIN
-    SELECT * INTO v_s FROM pgmq.streams s WHERE s.stream_name = _stream_maintain.stream_name
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF (SELECT g.opened_at FROM pgmq.stream_segments g
-        WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment)
-       <= clock_timestamp() - v_s.rotation_period THEN
-        UPDATE pgmq.stream_segments g SET closed_at = clock_timestamp(), closed_snapshot = pg_current_snapshot()
-        WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment;
-        EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                       pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
-        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text);
-        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text,
-                       (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = v_s.stream_name));
-        INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (v_s.stream_name, v_s.current_segment + 1);
-        UPDATE pgmq.streams s SET current_segment = v_s.current_segment + 1
-        WHERE s.stream_name = v_s.stream_name;
-    END IF;
-
-    FOR v_g IN SELECT g.segment, g.closed_at, g.closed_snapshot FROM pgmq.stream_segments g
-               WHERE g.stream_name = v_s.stream_name AND g.closed_at IS NOT NULL ORDER BY g.segment LOOP
-        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_g.segment % 100000)::text;
-        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (g.segment % 100000)::text))))
-        INTO v_bytes FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
-        -- due: past retention (and a second, so that no producer that chose it is still
-        -- inserting), or the stream is over its size
-        EXIT WHEN NOT (v_g.closed_at <= clock_timestamp() - greatest(v_s.retention, interval '1 second')
-                       OR v_bytes > v_s.retention_bytes);
-        -- every transaction that could still write to it has ended
-        EXIT WHEN pg_snapshot_xmax(v_g.closed_snapshot) > pg_snapshot_xmin(pg_current_snapshot());
-        IF EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
-                   JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
-                   WHERE u.stream_name = v_s.stream_name
-                     AND pg_snapshot_xmin(t.tick_snapshot) < pg_snapshot_xmax(v_g.closed_snapshot)) THEN
-            EXIT WHEN NOT v_s.drop_unacked;
-            -- the subscriptions behind it learn what they lost
-            UPDATE pgmq.stream_subscriptions u SET lost = u.lost + n.lost
-            FROM (SELECT u2.subscription_name, c.lost
-                  FROM pgmq.stream_subscriptions u2
-                  JOIN pgmq.stream_ticks t ON t.stream_name = u2.stream_name AND t.tick_id = u2.position
-                  CROSS JOIN LATERAL pgmq._stream_count_unseen(v_table, t.tick_snapshot) c(lost)
-                  WHERE u2.stream_name = v_s.stream_name) n
-            WHERE u.stream_name = v_s.stream_name AND u.subscription_name = n.subscription_name;
-        END IF;
-        BEGIN
-            EXECUTE format('DROP TABLE pgmq.%I', v_table);
-        EXCEPTION WHEN lock_not_available THEN
-            EXIT;  -- a reader has it open: next time
-        END;
-        DELETE FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name AND g.segment = v_g.segment;
-    END LOOP;
-
-    -- ticks before the oldest segment opened are no longer cut points, except the newest of them
-    -- (where 'earliest' starts) and those a subscription or a batch stands on
-    SELECT min(g.opened_at) INTO v_oldest FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
-    DELETE FROM pgmq.stream_ticks t
-    WHERE t.stream_name = v_s.stream_name AND t.tick_time < v_oldest
-      AND t.tick_id < (SELECT max(t2.tick_id) FROM pgmq.stream_ticks t2
-                       WHERE t2.stream_name = v_s.stream_name AND t2.tick_time < v_oldest)
-      AND NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
-                      WHERE u.stream_name = t.stream_name AND t.tick_id IN (u.position, u.handed))
-      AND NOT EXISTS (SELECT 1 FROM pgmq.stream_batches b
-                      WHERE b.stream_name = t.stream_name AND t.tick_id IN (b.from_tick, b.to_tick));
-END;
-$fn$;
-REVOKE ALL ON FUNCTION pgmq._stream_maintain(stream_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._stream_maintain(stream_name text) TO PUBLIC;
-
--- _stream_count_unseen: events of a segment a snapshot does not see (what a subscription at it loses).
-CREATE FUNCTION pgmq._stream_count_unseen(table_name text, snap pg_snapshot)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_n bigint;
-BEGIN
-    EXECUTE format('SELECT count(*) FROM pgmq.%I WHERE NOT pg_visible_in_snapshot(ev_txid, $1)', table_name)
-    INTO v_n USING snap;
-    RETURN v_n;
-END;
-$fn$;
-
-CREATE FUNCTION pgmq.stream_tick(stream_name text DEFAULT NULL::text)
-RETURNS integer
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_name  text;
-    v_ticks integer := 0;
-BEGIN
-    IF stream_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_tick.stream_name) THEN
-        PERFORM pgmq._format_table_name(stream_name, 's');
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
-    END IF;
-    FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
-                  WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
-                  ORDER BY s.stream_name LOOP
-        IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(v_name, 's') || '_seq')::regclass), 0)
-           > (SELECT t.last_ev_id FROM pgmq.stream_ticks t WHERE t.stream_name = v_name
-              ORDER BY t.tick_id DESC LIMIT 1) THEN
-            v_ticks := v_ticks + ((pgmq._stream_tick(v_name)) IS NOT NULL)::integer;
-        END IF;
-        PERFORM pgmq._stream_maintain(v_name);
-    END LOOP;
-    RETURN v_ticks;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_tick(stream_name text) IS 'Tick the stream (or every stream) when events came since its last tick, rotate its segments and apply its retention; returns how many ticks were made. Readers tick on their own: call this from pg_cron (every few seconds to minutes) so that retention runs while nobody reads.';
-
--- features/streams/functions/subscriptions.sql.j2
-CREATE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_tick bigint;
-BEGIN
-    PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
-    END IF;
-    IF NOT pgmq._stream_privilege(subscribe.stream_name, 'SELECT') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for stream "%s"', subscribe.stream_name);
-    END IF;
-    IF subscription_name IS NULL OR subscription_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
-    END IF;
-    SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
-    IF FOUND THEN
-        RETURN v_tick;
-    END IF;
-    IF start = 'earliest' THEN
-        SELECT min(t.tick_id) INTO v_tick FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name;
-    ELSIF start = 'latest' THEN
-        v_tick := coalesce(pgmq._stream_tick(stream_name),
-                           (SELECT max(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
-    ELSIF start ~ '^[0-9]{1,18}$' THEN
-        SELECT t.tick_id INTO v_tick FROM pgmq.stream_ticks t
-        WHERE t.stream_name = subscribe.stream_name AND t.tick_id = start::bigint;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-                MESSAGE = format('stream "%s" has no position %s (kept: from %s)', stream_name, start,
-                                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
-        END IF;
-    ELSE
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('start must be ''earliest'', ''latest'' or a position, got %s', coalesce(quote_literal(start), 'NULL'));
-    END IF;
-    INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed)
-    VALUES (stream_name, subscription_name, v_tick, v_tick)
-    ON CONFLICT DO NOTHING;
-    RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
-            WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). Returns the starting position.';
-
-CREATE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
-    END IF;
-    IF NOT pgmq._stream_privilege(unsubscribe.stream_name, 'SELECT') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for stream "%s"', unsubscribe.stream_name);
-    END IF;
-    DELETE FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = unsubscribe.stream_name AND u.subscription_name = unsubscribe.subscription_name;
-    RETURN FOUND;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text) IS 'Remove a subscription with its open batches; false when there is none.';
-
--- _stream_events: the events of a batch, committed after snapshot `after` and by `upto`, in
--- ev_id order (the ev_txid range first, for the index of each segment).
-CREATE FUNCTION pgmq._stream_events(stream_name text, for_batch bigint, after pg_snapshot, upto pg_snapshot)
-RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN QUERY EXECUTE format(
-        $q$SELECT $3, e.ev_id, e.ev_time, e.message, e.headers
-           FROM pgmq.%I e
-           WHERE e.ev_txid >= pg_snapshot_xmin($1) AND e.ev_txid < pg_snapshot_xmax($2)
-             AND pg_visible_in_snapshot(e.ev_txid, $2) AND NOT pg_visible_in_snapshot(e.ev_txid, $1)
-           ORDER BY e.ev_id$q$,
-        pgmq._format_table_name(stream_name, 's'))
-    USING after, upto, for_batch;
-END;
-$fn$;
-
-CREATE FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer DEFAULT 30)
-RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_sub  pgmq.stream_subscriptions;
-    v_b    record;
-    v_from bigint;
-    v_to   bigint;
-    v_id   bigint;
-    v_handed bigint;
-BEGIN
-    PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
-    END IF;
-    IF NOT pgmq._stream_privilege(stream_read.stream_name, 'SELECT') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for stream "%s"', stream_read.stream_name);
-    END IF;
-    IF lease_seconds IS NULL OR lease_seconds < 1 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'lease_seconds must be at least 1';
-    END IF;
-    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
-                       WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name) THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
-        END IF;
-        RETURN;  -- another consumer of the subscription is cutting a batch or acknowledging: poll again
-    END IF;
-    v_handed := v_sub.handed;
-    LOOP
-        -- a batch whose lease ran out first, under a new id (its old holder's ack then fails)
-        SELECT b.batch_id, b.from_tick, b.to_tick INTO v_b FROM pgmq.stream_batches b
-        WHERE b.stream_name = stream_read.stream_name AND b.subscription_name = stream_read.subscription_name
-          AND b.leased_until < clock_timestamp()
-        ORDER BY b.from_tick LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            DELETE FROM pgmq.stream_batches b WHERE b.batch_id = v_b.batch_id;
-            v_from := v_b.from_tick;
-            v_to := v_b.to_tick;
-        ELSE
-            v_from := v_handed;
-            SELECT t.tick_id INTO v_to FROM pgmq.stream_ticks t
-            WHERE t.stream_name = stream_read.stream_name AND t.tick_id > v_from
-            ORDER BY t.tick_id LIMIT 1;
-            IF NOT FOUND THEN
-                -- tick now if ids were handed out since (events may have committed)
-                IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0)
-                   > (SELECT t.last_ev_id FROM pgmq.stream_ticks t
-                      WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_from) THEN
-                    v_to := pgmq._stream_tick(stream_name);
-                END IF;
-                IF v_to IS NULL THEN
-                    RETURN;
-                END IF;
-            END IF;
-            UPDATE pgmq.stream_subscriptions u SET handed = v_to
-            WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name;
-            v_handed := v_to;
-        END IF;
-        INSERT INTO pgmq.stream_batches (stream_name, subscription_name, from_tick, to_tick, leased_until)
-        VALUES (stream_name, subscription_name, v_from, v_to, clock_timestamp() + make_interval(secs => lease_seconds))
-        RETURNING stream_batches.batch_id INTO v_id;
-        RETURN QUERY SELECT * FROM pgmq._stream_events(
-            stream_name, v_id,
-            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_from),
-            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_to));
-        IF FOUND THEN
-            RETURN;
-        END IF;
-        PERFORM pgmq._stream_settle(stream_name, subscription_name, v_id);  -- empty: done, next
-    END LOOP;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer) IS 'The next batch of a subscription (every event in it carries its batch_id), leased to the caller for lease_seconds: acknowledge it with stream_ack, in the transaction that stores what it did for exactly-once. Nothing when nothing is new, or while another consumer of the subscription is cutting a batch. A batch whose lease ran out goes to the next caller under a new batch_id.';
-
--- _stream_settle: a batch is done: its row goes, and the position moves up to the oldest batch
--- still out (or to the last handed out). False when the batch is not out.
-CREATE FUNCTION pgmq._stream_settle(stream_name text, subscription_name text, batch_id bigint)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    DELETE FROM pgmq.stream_batches b
-    WHERE b.batch_id = _stream_settle.batch_id AND b.stream_name = _stream_settle.stream_name
-      AND b.subscription_name = _stream_settle.subscription_name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    UPDATE pgmq.stream_subscriptions u
-    SET position = coalesce((SELECT min(b.from_tick) FROM pgmq.stream_batches b
-                             WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
-                            u.handed)
-    WHERE u.stream_name = _stream_settle.stream_name AND u.subscription_name = _stream_settle.subscription_name;
-    RETURN true;
-END;
-$fn$;
-
-CREATE FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_sub pgmq.stream_subscriptions;
-BEGIN
-    PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
-    END IF;
-    IF NOT pgmq._stream_privilege(stream_ack.stream_name, 'SELECT') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for stream "%s"', stream_ack.stream_name);
-    END IF;
-    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
-                       WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name) THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
-        END IF;
-    END IF;
-    IF NOT pgmq._stream_settle(stream_name, subscription_name, batch_id) THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
-                             batch_id, subscription_name);
-    END IF;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint) IS 'Acknowledge a batch of stream_read: the subscription''s position moves past it when no earlier batch is out. In the transaction that stores the batch''s results, it makes them exactly-once.';
-
-CREATE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN pgmq.stream_rewind(stream_name, subscription_name,
-        coalesce((SELECT max(t.tick_id) FROM pgmq.stream_ticks t
-                  WHERE t.stream_name = stream_rewind.stream_name AND t.tick_time <= to_time),
-                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = stream_rewind.stream_name)));
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone) IS 'Move a subscription back (or forward) to the last position at or before to_time; its open batches are dropped and every event committed after that position is delivered again. Returns the position.';
-
-CREATE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint)
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_sub pgmq.stream_subscriptions;
-BEGIN
-    PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
-    END IF;
-    IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for stream "%s"', stream_rewind.stream_name);
-    END IF;
-    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
-                       WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name) THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
-        END IF;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pgmq.stream_ticks t
-                   WHERE t.stream_name = stream_rewind.stream_name AND t.tick_id = to_position) THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('stream "%s" has no position %s', stream_name, coalesce(to_position::text, 'NULL'));
-    END IF;
-    DELETE FROM pgmq.stream_batches b
-    WHERE b.stream_name = stream_rewind.stream_name AND b.subscription_name = stream_rewind.subscription_name;
-    UPDATE pgmq.stream_subscriptions u SET position = to_position, handed = to_position
-    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name;
-    RETURN to_position;
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint) IS 'Move a subscription to a position (a tick id from stream_info or subscribe); its open batches are dropped. Returns the position.';
-
-CREATE FUNCTION pgmq.stream_info(stream_name text DEFAULT NULL::text)
-RETURNS SETOF pgmq.stream_info_record
-LANGUAGE sql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
-       CASE WHEN l.lag > 0 THEN extract(epoch FROM clock_timestamp() - t.tick_time)::double precision ELSE 0 END,
-       (SELECT count(*) FROM pgmq.stream_batches b
-        WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
-       u.lost
-FROM pgmq.stream_subscriptions u
-JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
-CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '_seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
-WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
-ORDER BY u.stream_name, u.subscription_name
-$fn$;
-COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention.';
-
 -- ---------------------------------------------------------------- feature: access
 
 -- features/access/functions/access.sql.j2
@@ -10077,6 +10557,15 @@ CREATE POLICY stream_batches_update ON pgmq.stream_batches FOR UPDATE
 USING (pgmq._stream_privilege(stream_name, 'SELECT')) WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
 CREATE POLICY stream_batches_delete ON pgmq.stream_batches FOR DELETE
 USING (pgmq._stream_privilege(stream_name, 'SELECT'));
+
+-- stream_bindings: bind_queue's rule for streams: who may write to the stream and publish to the exchange
+ALTER TABLE pgmq.stream_bindings ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.stream_bindings TO PUBLIC;
+CREATE POLICY stream_bindings_read ON pgmq.stream_bindings FOR SELECT USING (true);
+CREATE POLICY stream_bindings_insert ON pgmq.stream_bindings FOR INSERT
+ WITH CHECK (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY stream_bindings_delete ON pgmq.stream_bindings FOR DELETE
+USING (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
 
 -- queue_owners: written by our SECURITY DEFINER routines, and by trusted roles for the queues
 -- they make themselves

@@ -21,6 +21,10 @@ PAYLOAD = "x-pgmq-payload"          # typed payload marker (its type), set by se
 CONFIRM_BY = "x-pgmq-confirm-by"    # send_reserved: unconfirmed after this time
 LAST_ERROR = "x-pgmq-last-error"    # nack / failed callback: the last error
 DEAD_LETTER = "x-pgmq-dead-letter"  # the record a dead letter carries
+STREAM = "x-pgmq-stream"              # stream_nack: the stream a retried event came from,
+SUBSCRIPTION = "x-pgmq-subscription"  # the subscription that failed it,
+EV_ID = "x-pgmq-ev-id"                # its ev_id
+EV_TIME = "x-pgmq-ev-time"            # and the time it was sent
 
 # Limits a message carries itself; a queue that ever receives one reads with checks.
 LIMITS = (TTL, MAX_RETRIES, RETRY_DELAY)

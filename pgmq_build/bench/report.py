@@ -36,6 +36,7 @@ class Cell:
     systems: list[str] = field(default_factory=list)  # those the workload runs on
     segments: list[Segment] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # system -> why it failed
+    stored: dict[str, float] = field(default_factory=dict)  # system -> rows per prefilled message
 
     def _segs(self, system: str) -> list[Segment]:
         return [s for s in self.segments if s.system == system]
@@ -94,6 +95,7 @@ class Cell:
             "cpu_ratio_ours_upstream": rounded(self.cpu_ratio(OURS, UPSTREAM), 4),
             "cpu_ratio_ours_raw": rounded(self.cpu_ratio(OURS, RAW), 4),
             "unavailable": dict(self.unavailable),
+            "stored_rows_per_msg": {k: round(v, 3) for k, v in self.stored.items()},
             "not_applicable": [s for s in SYSTEMS if s not in self.systems],
             "segments": [asdict(s) for s in self.segments],
         }
@@ -168,3 +170,10 @@ def format_table(cells: list[Cell], systems: tuple[str, ...] = SYSTEMS) -> str:
     top = " | ".join(f"{t:^{w}}" for t, w in spans)
     return "\n".join([top.rstrip(), line(head), "-+-".join("-" * w for w in widths),
                       *map(line, rows)])
+
+
+def format_stored(cells: list[Cell], systems: tuple[str, ...] = SYSTEMS) -> list[str]:
+    """A line per cell that counted its storage: how many rows hold one prefilled message."""
+    return [f"{c.workload} x{c.clients}: rows stored per message: "
+            + ", ".join(f"{SHORT[s]} {c.stored[s]:.2f}" for s in systems if s in c.stored)
+            for c in cells if c.stored]

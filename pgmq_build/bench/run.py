@@ -74,7 +74,7 @@ from psycopg import conninfo
 
 from ..cluster import TempCluster
 from ..install import InstallError, ensure_pgmq, install_files, sharedir
-from .report import OURS, RAW, SYSTEMS, UPSTREAM, Cell, Segment, format_table
+from .report import OURS, RAW, SYSTEMS, UPSTREAM, Cell, Segment, format_stored, format_table
 from .server import Meter, Usage
 from .workloads import BY_NAME, PGMQ, WORKLOADS, Workload
 from .workloads import RAW as RAW_API
@@ -425,6 +425,8 @@ class Bench:
             log(f"{label}: round {rnd + 1}/{self.rounds} {system.name}"
                 + (f" (prefill {prefill:,})" if prefill else ""))
             self.prepare(workload, system, prefill)
+            if workload.stored and prefill:
+                cell.stored[system.name] = workload.stored(self.admins[system.name], system.api) / prefill
             run = self.runner(workload)(workload, system.api, system.dsn, clients, seg_seconds,
                                         stop_when_dry=False, meter=self.meter)
             t = Totals.of(run.clients)
@@ -664,6 +666,8 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         unit = BY_NAME[name].unit
         print(f"{name}: one {unit[:-1]} per message: its msgs/s are {unit}/s and its CPU and WAL "
               f"are per {unit[:-1]}.")
+    for line in format_stored(cells, shown):
+        print(line)
     failures = {(c.workload, s): why for c in cells for s, why in c.unavailable.items()}
     for (name, s), why in failures.items():
         print(f"n/a: {name} on {s}: {why}")

@@ -50,6 +50,8 @@ that nothing was lost: sent = consumed + left in the queue, and no message consu
 --upstream also runs the same schedule, afterwards, on upstream PGMQ (the bench's SQL-only
 install from the PyPI package pgmq, in database pgmq_steady_upstream). Without --dsn it starts
 the bench's throwaway server (run.py's CLUSTER_SETTINGS); the databases are dropped at the end.
+
+--streams runs the same kind of schedule on a stream instead (steady_streams.py).
 """
 
 from __future__ import annotations
@@ -919,6 +921,12 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--streams" in argv:  # a stream instead of a queue: steady_streams.py
+        from . import steady_streams
+
+        rest = [a for a in argv if a != "--streams"]
+        return on_server(steady_streams.parse_args(rest), steady_streams.run)
     return on_server(parse_args(argv), run)
 
 

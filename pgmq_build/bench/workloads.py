@@ -22,7 +22,11 @@ more entry each:
 - ``msgs_per_op`` is the nominal batch size (1, 100, ...), used for sizing and the report;
 - ``teardown(conn)`` (optional) drops what a workload made beyond the shared queue and table;
 - ``optional`` marks a workload whose pgmq feature may be missing from the build under test: if
-  it fails, the runner reports an "(unavailable: <error>)" row instead of stopping.
+  it fails, the runner reports an "(unavailable: <error>)" row instead of stopping;
+- ``stored(conn, side)`` (optional) counts the rows that hold the prefilled messages: the report
+  gives rows per message (a stream stores one whatever its subscriptions).
+
+The streams' workloads are in streams.py.
 
 Both sides run with psycopg's default ``prepare_threshold`` (5): after five executions of the
 same query text the client prepares it server-side, for our calls and the baseline's statements
@@ -419,6 +423,7 @@ class Workload:
     raw: bool = True  # has a plain-SQL baseline
     clients: tuple[int, ...] | None = None  # the client counts to run (None: --clients)
     runner: Callable[..., object] | None = None  # runs a segment instead of the clients
+    stored: Callable[[psycopg.Connection, str], int] | None = None  # rows holding the prefill
 
     def op(self, side: str) -> Op:
         return self.pgmq_op if side == PGMQ else self.raw_op
@@ -473,4 +478,8 @@ WORKLOADS: list[Workload] = [
       for kind in EXCHANGE_CELLS),
 ]
 
+# streams.py builds its workloads on the definitions above
+from .streams import STREAM_WORKLOADS  # noqa: E402
+
+WORKLOADS += STREAM_WORKLOADS
 BY_NAME = {w.name: w for w in WORKLOADS}

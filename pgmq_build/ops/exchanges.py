@@ -18,8 +18,9 @@ def exchange_group() -> None:
 
 
 def _bindings(conn: db.Conn, exchange: str | None = None) -> list[dict]:
-    return db.rows(conn, "SELECT exchange_name, queue_name, binding_key FROM "
-                         "pgmq.list_exchange_bindings(exchange_name => %s::text) "
+    # a stream's binding (features/routing, bind_stream) shows as "stream:<name>"
+    return db.rows(conn, "SELECT exchange_name, coalesce(queue_name, 'stream:' || stream_name) AS queue_name, "
+                         "binding_key FROM pgmq.list_exchange_bindings(exchange_name => %s::text) "
                          "ORDER BY exchange_name, queue_name, binding_key", (exchange,))
 
 

@@ -8,7 +8,7 @@ from tests.helpers import column, restored_copy, scalar
 # The queues whose branch the static send path holds.
 STATIC_QUEUES = """SELECT m[1] FROM regexp_matches(
                        (SELECT prosrc FROM pg_proc WHERE oid = 'pgmq._static_send(timestamptz, jsonb, jsonb, text)'::regprocedure),
-                       'IF \\$4 = ''([^'']*)'' THEN', 'g') AS m ORDER BY 1"""
+                       'IF \\$4 OPERATOR\\(pg_catalog\\.=\\) ''([^'']*)'' THEN', 'g') AS m ORDER BY 1"""
 
 
 def test_dump_and_restore_keep_queues_and_messages(conn, dsn, tmp_path, pg_cluster):
@@ -68,6 +68,8 @@ def test_dump_and_restore_keep_streams_and_positions(conn, dsn, tmp_path):
     batch = scalar(conn, "SELECT batch_id FROM pgmq.stream_read('ev', 'a')")
     with restored_copy(conn, dsn, tmp_path) as r:
         assert scalar(r, "SELECT count(*) FROM pgmq.stream_batches") == 1
+        # the static paths followed the restored catalog (features/streams, paths.sql.j2)
+        assert "INSERT INTO pgmq.s_ev_0 " in scalar(r, "SELECT prosrc FROM pg_proc WHERE oid = 'pgmq.stream_send'::regproc")
         r.execute("SELECT pgmq.stream_ack('ev', 'a', %s)", (batch,))
         r.execute("SELECT pgmq.stream_send('ev', '{\"n\": 2}')")
         assert column(r, "SELECT message->>'n' FROM pgmq.stream_read('ev', 'a')") == ["2"]

@@ -126,7 +126,7 @@ def test_headers_binding_key_is_checked(conn):
 
 def test_publish_returns_each_copy_and_is_atomic(conn):
     fanout(conn, "fan", "ok", "picky")
-    rows = conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"v\": 1}')").fetchall()
+    rows = conn.execute("SELECT queue_name, msg_id FROM pgmq.publish('fan', NULL, '{\"v\": 1}')").fetchall()
     assert [r[0] for r in rows] == ["ok", "picky"]
     for q, msg_id in rows:
         assert scalar(conn, f"SELECT message FROM pgmq.q_{q} WHERE msg_id = %s", (msg_id,)) == {"v": 1}

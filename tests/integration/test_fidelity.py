@@ -587,7 +587,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # _run_partition_maintenance): they are the outer functions' work, and called directly they
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
-              "_run_partition_maintenance", "_queues_changed"}
+              "_run_partition_maintenance", "_queues_changed", "_streams_changed"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -809,16 +809,23 @@ SELECT pgmq._stream_privilege('st', 'SELECT')
 SELECT pgmq.subscribe('st', 's1', 'earliest'), pgmq.subscribe('st', 's2')
 SELECT pgmq.stream_send('st', '{}')
 SELECT * FROM pgmq.stream_send_batch('st', ARRAY['{}']::jsonb[])
-SELECT pgmq._stream_tick('st')
+SELECT * FROM pgmq._stream_append('st', ARRAY['{}']::jsonb[], ARRAY[NULL]::jsonb[])
+SELECT pgmq._rebuild_stream_paths(), pgmq._heal_stream_paths('st')
+SELECT pgmq._stream_tick('st'), pgmq._stream_news('st', 0)
 SELECT * FROM pgmq.stream_read('st', 's1')
 SELECT * FROM pgmq._stream_events('st', 0, pg_current_snapshot(), pg_current_snapshot())
 SELECT pgmq._stream_settle('st', 's1', 0)
+SELECT pgmq.subscribe('st', 's1', retry_queue => 'st_retry')
+SELECT pgmq.stream_nack('st', 's1', (SELECT max(batch_id) FROM pgmq.stream_batches), (SELECT array_agg(ev_id) FROM pgmq.s_st))
 SELECT pgmq.stream_ack('st', 's1', (SELECT max(batch_id) FROM pgmq.stream_batches))
 SELECT pgmq.stream_rewind('st', 's1', 0::bigint), pgmq.stream_rewind('st', 's1', now())
 SELECT * FROM pgmq.stream_info()
 SELECT pgmq._stream_count_unseen('s_st_0', pg_current_snapshot())
 SELECT pgmq.stream_tick(), pgmq._stream_maintain('st')
 SELECT pgmq.unsubscribe('st', 's2')
+SELECT pgmq.create_exchange('sx', 'topic'), pgmq.bind_stream('st', 'sx', 'a.*')
+SELECT * FROM pgmq.publish('sx', 'a.b', '{}'), pgmq.unbind_stream('st', 'sx', 'a.*')
+SELECT pgmq.drop_exchange('sx', false)
 SELECT pgmq._prove_caller(), pgmq._drop_stream_for('st2')
 SELECT pgmq.drop_stream('st')
 SELECT pgmq.drop_queue('cnp')

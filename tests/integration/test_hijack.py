@@ -310,11 +310,21 @@ SCENARIO = [
     (f"SELECT pgmq.stream_send('st', {J})", 1),
     ("SELECT count(*) FROM pgmq.stream_send_batch('st', ARRAY['{}']::pg_catalog.jsonb[])", 1),
     ("SELECT count(*) FROM pgmq.stream_read('st', 'a')", 2),
+    ("SELECT pgmq.subscribe('st', 'a', retry_queue => 'st_retry')", ANY),
+    ("SELECT pgmq.stream_nack('st', 'a', (SELECT max(batch_id) FROM pgmq.stream_batches), "
+     "(SELECT pg_catalog.array_agg(ev_id) FROM pgmq.s_st), 'failed')", 2),
     ("SELECT pgmq.stream_ack('st', 'a', (SELECT max(batch_id) FROM pgmq.stream_batches))", ANY),
+    ("SELECT count(*) FROM pgmq.read('st_retry', 30, 10)", 2),
     ("SELECT lag_events FROM pgmq.stream_info('st')", 0),
     ("SELECT pgmq.stream_rewind('st', 'a', '-infinity'::pg_catalog.timestamptz) OPERATOR(pg_catalog.>=) 0", True),
     ("SELECT pgmq.stream_tick()", ANY),
     ("SELECT count(*) FROM pgmq.list_streams()", 1),
+    ("SELECT pgmq.create_exchange('sx', 'topic')", ANY),
+    ("SELECT pgmq.bind_stream('st', 'sx', 'a.*')", ANY),
+    ("SELECT ev_id OPERATOR(pg_catalog.>) 0 FROM pgmq.publish('sx', 'a.b', '{}'::pg_catalog.jsonb)", True),
+    ("SELECT stream_name FROM pgmq.test_exchange_routing('sx', 'a.b')", "st"),
+    ("SELECT pgmq.unbind_stream('st', 'sx')", ANY),
+    ("SELECT pgmq.drop_exchange('sx', false)", ANY),
     ("SELECT pgmq.unsubscribe('st', 'a')", True),
     ("SELECT pgmq.drop_stream('st')", True),
     ("SELECT pgmq.queue_deinitialize()", ANY),
@@ -394,4 +404,4 @@ def test_unpinned_routines_qualify_every_name():
     gets a look."""
     unpinned = sorted({e.name for e in surface.current() if e.policy.unpinned_reason})
     assert unpinned == ["convert_archive_partitioned", "create_partitioned", "dispatch", "register_callback",
-                        "run_partition_maintenance", "unregister_callback"]
+                        "run_partition_maintenance", "stream_send", "unregister_callback"]

@@ -186,6 +186,18 @@ CASES = [
     _q(f"SELECT pgmq.stream_rewind('st', {T}, now())", QUEUE | {"42704"}),
     _q(f"SELECT * FROM pgmq.stream_info({T})"),
     _q(f"SELECT pgmq.stream_tick({T})"),
+    _q(f"SELECT pgmq.subscribe('st', 's', 'latest', {T})"),  # the retry queue: a new queue, or refused
+    _q(f"SELECT pgmq.stream_nack({T}, 's', 1, ARRAY[1]::bigint[])"),
+    _q(f"SELECT pgmq.stream_nack('st', {T}, 1, ARRAY[1]::bigint[])", QUEUE | {"42704"}),
+    # streams bound to exchanges: names and keys
+    _q(f"SELECT pgmq.bind_stream({T}, 'ex', 'k')"),
+    _q(f"SELECT pgmq.bind_stream('st', {T}, 'k')", EXCHANGE),
+    _q(f"SELECT pgmq.bind_stream('st', 'ex', {T})", KEY),
+    _q(f"SELECT pgmq.bind_stream('st', 'tx', {T})", KEY, strategy=PATTERN),
+    _q(f"SELECT pgmq.bind_stream('st', 'hx', {T})", KEY | {"22P02"}),
+    _q(f"SELECT pgmq.unbind_stream({T}, 'ex', 'k')"),
+    _q(f"SELECT pgmq.unbind_stream('st', {T}, 'k')", EXCHANGE),
+    _q(f"SELECT pgmq.unbind_stream('st', 'tx', {T})", KEY),
     # queue names: operations
     _q(f"SELECT pgmq.pause({T})"),
     _q(f"SELECT pgmq.resume({T})"),
@@ -319,6 +331,7 @@ SELECT pgmq.create_exchange('hx', 'headers');
 SELECT pgmq.bind_queue('jobs', 'ex', 'k');
 SELECT pgmq.bind_queue('jobs', 'tx', '#');
 SELECT pgmq.bind_queue('jobs', 'hx', '{"x-match": "any", "a": 1}');
+SELECT pgmq.create_stream('st');
 """
 
 # Every object outside schema pgmq (and the system schemas), and every role.

@@ -20,7 +20,7 @@ def routed(conn: psycopg.Connection, path: str = "send") -> list[str]:
     """The queue names path _static_<path> has a branch for, sorted."""
     src = scalar(conn, "SELECT prosrc FROM pg_proc WHERE proname = %s AND pronamespace = 'pgmq'::regnamespace",
                  (f"_static_{path}",))
-    pattern = r"IF \$\d+ = '((?:[^']|'')*)' THEN"
+    pattern = r"IF \$\d+ OPERATOR\(pg_catalog\.=\) '((?:[^']|'')*)' THEN"
     return sorted((m.replace("''", "'") for m in re.findall(pattern, src)), key=lambda n: n.encode())
 
 

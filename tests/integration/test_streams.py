@@ -73,6 +73,20 @@ def test_a_late_commit_is_never_skipped(connect, conn, stream):
     assert drain(conn, "a") == []
 
 
+def test_a_late_commit_that_is_the_last_event_still_comes(connect, conn, stream):
+    """No event after it: the readers' tick is made when an event committed since the last tick,
+    not only when new ids were handed out (the late one's id is older than that tick)."""
+    conn.execute("SELECT pgmq.subscribe('ev', 'a')")
+    slow = connect(autocommit=False)
+    send(slow, 1)  # its id is taken, its commit comes last
+    send(conn, 2)
+    assert drain(conn, "a") == [2]  # this read's tick has seen id 2 and not 1
+    slow.commit()
+    assert drain(conn, "a") == [1]
+    assert scalar(conn, "SELECT pgmq.stream_tick('ev')") == 0  # nothing new: no tick
+    assert drain(conn, "a") == []
+
+
 def test_an_unacknowledged_batch_comes_back_after_its_lease(connect, conn, stream):
     conn.execute("SELECT pgmq.subscribe('ev', 'a')")
     send(conn, 1)
@@ -183,6 +197,24 @@ def test_rotation_and_retention_keep_what_a_subscription_needs(conn):
     assert scalar(conn, "SELECT min(segment) FROM pgmq.stream_segments WHERE stream_name = 'ev'") >= 1
     assert scalar(conn, "SELECT to_regclass('pgmq.s_ev_0')") is None  # dropped whole
     assert scalar(conn, "SELECT sum(lost) FROM pgmq.stream_info('ev')") == 0
+
+
+def test_retention_keeps_acknowledged_segments_for_their_time(conn):
+    """A closed segment every subscription has acknowledged stays until it is older than the
+    retention (it was dropped at once when no retention_bytes was set)."""
+    conn.execute("SELECT pgmq.create_stream('ev', retention => '1 hour', rotation_period => '1 second')")
+    conn.execute("SELECT pgmq.subscribe('ev', 'a', 'earliest')")
+    send(conn, 1)
+    time.sleep(1.1)
+    conn.execute("SELECT pgmq.stream_tick('ev')")  # rotates: segment 0 closed
+    send(conn, 2)
+    assert drain(conn, "a") == [1, 2]  # acknowledged past segment 0
+    time.sleep(1.1)
+    conn.execute("SELECT pgmq.stream_tick('ev')")  # closed > 1 s ago: kept an hour
+    assert column(conn, "SELECT segment FROM pgmq.stream_segments ORDER BY 1")[0] == 0
+    conn.execute("UPDATE pgmq.streams SET retention = '1 second'")
+    conn.execute("SELECT pgmq.stream_tick('ev')")
+    assert 0 not in column(conn, "SELECT segment FROM pgmq.stream_segments ORDER BY 1")
 
 
 def test_drop_unacked_retention_counts_what_was_lost(conn):

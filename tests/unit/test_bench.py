@@ -239,3 +239,61 @@ def test_the_worker_row_runs_the_real_worker_with_its_default_pool_on_ours_only(
     assert _row(format_table([cell], (RAW, OURS)), "worker") == [
         "worker", "3", NOT_APPLICABLE, "300.0", NOT_APPLICABLE, NOT_APPLICABLE, "400",
         NOT_APPLICABLE, "5,000"]
+
+
+def test_the_stream_rows_run_on_raw_and_ours_and_show_a_dash_for_upstream():
+    from pgmq_build.bench import streams
+
+    names = ["stream_send", "stream_send_batch", "stream_consume", "stream_fanout"]
+    assert [w.name for w in WORKLOADS if w.name.startswith("stream_")] == names
+    bench = bench_run.Bench({s: None for s in SYSTEMS}, {}, None, None, 1.0, 1, 0)
+    for name in names:
+        w = BY_NAME[name]
+        assert not w.upstream and w.raw and bench.systems_for(w) == [RAW, OURS], name
+    for name in ("stream_consume", "stream_fanout"):  # the consumers of a subscription take turns
+        w = BY_NAME[name]
+        assert w.consumes and w.clients == (1,) and w.stored is streams.stored_rows
+        assert w.msgs_per_op == streams.BATCH
+    assert BY_NAME["stream_send"].stored is None and not BY_NAME["stream_send"].consumes
+    cell = Cell("stream_fanout", 1, systems=[RAW, OURS], stored={RAW: 1.0, OURS: 1.0},
+                segments=[_seg(RAW, 10_000, 22_000, 20_000), _seg(OURS, 10_000, 65_500, 70_000)])
+    assert _row(format_table([cell]), "stream_fanout") == [
+        "stream_fanout", "1", "2.20", NOT_APPLICABLE, "6.55", NOT_APPLICABLE, "2.98",
+        "2", NOT_APPLICABLE, "7", "10,000", NOT_APPLICABLE, "10,000"]
+    assert cell.as_dict()["stored_rows_per_msg"] == {RAW: 1.0, OURS: 1.0}
+
+
+def test_rows_stored_per_message_are_reported_for_the_cells_that_count_them():
+    from pgmq_build.bench.report import format_stored
+
+    cells = [Cell("send", 1, systems=[RAW, OURS]),
+             Cell("stream_fanout", 1, systems=[RAW, OURS], stored={OURS: 1.0, RAW: 10.0})]
+    assert format_stored(cells) == ["stream_fanout x1: rows stored per message: raw 10.00, ours 1.00"]
+    assert format_stored(cells, (OURS,)) == ["stream_fanout x1: rows stored per message: ours 1.00"]
+
+
+def test_the_fanout_ops_take_the_subscriptions_in_turn():
+    """Each op of stream_fanout reads the next subscription's batch (ours and the baseline)."""
+    from pgmq_build.bench import streams
+
+    class Cursor:
+        def __init__(self):
+            self.calls = []
+            self.connection = self
+
+        def transaction(self):
+            import contextlib
+            return contextlib.nullcontext()
+
+        def execute(self, sql, params=None):
+            self.calls.append(params)
+
+        def fetchall(self):
+            return []
+
+    for op, sub_of in ((streams._pgmq_consume(streams.FANOUT), lambda p: p[1]),
+                       (streams._raw_consume(streams.FANOUT), lambda p: p["sub"])):
+        cur = Cursor()
+        assert [op(cur) for _ in range(12)] == [0] * 12
+        assert [sub_of(p) for p in cur.calls] == [f"fan{i % 10}" for i in range(12)]
+    assert streams._subscriptions(1) == [streams.SUB]

@@ -16,6 +16,7 @@ def test_only_declared_unpinned_routines_are_allowed_without_search_path():
         "pgmq.convert_archive_partitioned(table_name text,partition_interval text,retention_interval text,"
         "leading_partition integer)",
         "pgmq.run_partition_maintenance(queue_name text)",
+        "pgmq.stream_send(stream_name text,msg jsonb,headers jsonb)",
         "pgmq.register_callback(q_name text,callback text)",
         "pgmq.unregister_callback(q_name text,callback text)",
         "pgmq.dispatch(queue_name text,max_messages integer)",
@@ -26,7 +27,7 @@ def test_only_declared_unpinned_routines_are_allowed_without_search_path():
 def test_command_waives_nothing_else():
     cmd = pgspot.command(["pgspot"], [Path("a.sql")])
     assert "--ignore" not in cmd
-    assert cmd.count("--proc-without-search-path") == 6
+    assert cmd.count("--proc-without-search-path") == 7
     assert cmd[-1] == "a.sql"
 
 
