@@ -53,7 +53,14 @@ def install_files(pg_config: str = "pg_config") -> list[Path]:
     copied = []
     for f in extension_files():
         target = dest / f.name
-        shutil.copyfile(f, target)
+        data = f.read_bytes()
+        if not target.exists() or target.read_bytes() != data:
+            # a server reading the file meanwhile (another test process) sees the old one or the
+            # new one whole, never a half-written one
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
         copied.append(target)
     return copied
 

@@ -20,6 +20,15 @@ from pgmq_build.manifest import MANIFEST
 from tests.helpers import NO_PARTMAN, install_partman, partman_available
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs two workers), the Spark tests stay in one worker:
+    each worker that met one would start a Spark session of its own (a JVM, ~15 s)."""
+    spark_dir = Path(__file__).parent / "spark"
+    for item in items:
+        if spark_dir in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 class _ServerExecutor(NoopExecutor):
     """Connection details of our TempCluster, for pytest-postgresql's noproc fixture.
     No base template: the noproc fixture builds its own from scratch."""
