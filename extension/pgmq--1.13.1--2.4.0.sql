@@ -393,13 +393,15 @@ COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-lev
 -- _queue_privilege: a privilege of the caller on the queue's table, false when there is none.
 CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT coalesce(pg_catalog.has_table_privilege(
-                    to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
-                false)
+BEGIN
+    RETURN (SELECT coalesce(pg_catalog.has_table_privilege(
+                                to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
+                            false));
+END;
 $fn$;
 
 -- features/core/functions/ownership.sql.j2
@@ -408,42 +410,48 @@ $fn$;
 -- (it could plant functions beside ours). Such roles administer every queue.
 CREATE FUNCTION pgmq._is_trusted(role_name name)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT coalesce((SELECT r.rolsuper
-                        OR pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
-                        OR pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
-                 FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
-                 WHERE r.rolname = $1 AND n.nspname = 'pgmq'),
-                false)
+BEGIN
+    RETURN (SELECT coalesce((SELECT r.rolsuper
+                                    OR pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                                    OR pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
+                             FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                             WHERE r.rolname = $1 AND n.nspname = 'pgmq'),
+                            false));
+END;
 $fn$;
 
 -- _role_owns_queue: whether a role has the privileges of the queue's owner (or is trusted).
 CREATE FUNCTION pgmq._role_owns_queue(role_name name, queue_name text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT pgmq._is_trusted($1)
-    OR coalesce((SELECT pg_catalog.pg_has_role(r.oid, o.oid, 'USAGE')
-                 FROM pgmq.queue_owners q
-                 JOIN pg_catalog.pg_roles o ON o.rolname = q.owner
-                 JOIN pg_catalog.pg_roles r ON r.rolname = $1
-                 WHERE q.queue_name = $2),
-                false)
+BEGIN
+    RETURN (SELECT pgmq._is_trusted($1)
+                OR coalesce((SELECT pg_catalog.pg_has_role(r.oid, o.oid, 'USAGE')
+                             FROM pgmq.queue_owners q
+                             JOIN pg_catalog.pg_roles o ON o.rolname = q.owner
+                             JOIN pg_catalog.pg_roles r ON r.rolname = $1
+                             WHERE q.queue_name = $2),
+                            false));
+END;
 $fn$;
 
 -- _owns_queue: the caller has the privileges of the queue's owner (or is trusted).
 CREATE FUNCTION pgmq._owns_queue(queue_name text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT pgmq._role_owns_queue(current_user, $1)
+BEGIN
+    RETURN (SELECT pgmq._role_owns_queue(current_user, $1));
+END;
 $fn$;
 
 -- _prove_caller: record who asks, for the SECURITY DEFINER routine called next.
@@ -3540,12 +3548,14 @@ COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every qu
 -- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far).
 CREATE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
-             coalesce(max_retry_delay, 2147483647), 2147483647)::integer
+BEGIN
+    RETURN (SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
+                         coalesce(max_retry_delay, 2147483647), 2147483647)::integer);
+END;
 $fn$;
 
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
@@ -7563,22 +7573,24 @@ WHERE b.exchange_name = 'pgmq.topic';
 -- null argument matches any value of that header (presence only).
 CREATE FUNCTION pgmq._headers_match(arguments jsonb, headers jsonb)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-WITH args AS (
-    SELECT a.key, a.value,
-           coalesce(headers, '{}'::jsonb) ? a.key
-           AND (a.value = 'null'::jsonb OR coalesce(headers, '{}'::jsonb) -> a.key = a.value) AS hit
-    FROM jsonb_each(arguments) a
-    WHERE a.key <> 'x-match'
-      AND (NOT starts_with(a.key, 'x-') OR arguments->>'x-match' IN ('all-with-x', 'any-with-x'))
-)
-SELECT CASE WHEN coalesce(arguments->>'x-match', 'all') IN ('all', 'all-with-x')
-            THEN coalesce(bool_and(args.hit), true)
-            ELSE coalesce(bool_or(args.hit), false) END
-FROM args
+BEGIN
+    RETURN (WITH args AS (
+                SELECT a.key, a.value,
+                       coalesce(headers, '{}'::jsonb) ? a.key
+                       AND (a.value = 'null'::jsonb OR coalesce(headers, '{}'::jsonb) -> a.key = a.value) AS hit
+                FROM jsonb_each(arguments) a
+                WHERE a.key <> 'x-match'
+                  AND (NOT starts_with(a.key, 'x-') OR arguments->>'x-match' IN ('all-with-x', 'any-with-x'))
+            )
+            SELECT CASE WHEN coalesce(arguments->>'x-match', 'all') IN ('all', 'all-with-x')
+                        THEN coalesce(bool_and(args.hit), true)
+                        ELSE coalesce(bool_or(args.hit), false) END
+            FROM args);
+END;
 $fn$;
 
 -- _headers_arguments: parse and check a headers binding key ('{"x-match": "any", ...}').
@@ -7616,17 +7628,19 @@ $fn$;
 -- _may_publish: the caller is the exchange's owner, has its privileges, or is a publisher.
 CREATE FUNCTION pgmq._may_publish(exchange_name text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT EXISTS (
-    SELECT 1
-    FROM (SELECT e.owner AS role_name FROM pgmq.exchanges e WHERE e.exchange_name = $1
-          UNION ALL
-          SELECT p.role_name FROM pgmq.exchange_publishers p WHERE p.exchange_name = $1) g
-    LEFT JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
-    WHERE g.role_name = 'public' OR pg_catalog.pg_has_role(current_user, r.oid, 'USAGE'))
+BEGIN
+    RETURN (SELECT EXISTS (
+                SELECT 1
+                FROM (SELECT e.owner AS role_name FROM pgmq.exchanges e WHERE e.exchange_name = $1
+                      UNION ALL
+                      SELECT p.role_name FROM pgmq.exchange_publishers p WHERE p.exchange_name = $1) g
+                LEFT JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+                WHERE g.role_name = 'public' OR pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')));
+END;
 $fn$;
 
 -- _exchange_for_publish: the exchange row, once the caller may publish to it with this key.
@@ -7734,13 +7748,15 @@ $fn$;
 -- _owns_role: the caller has the privileges of this role (superusers have every role's).
 CREATE FUNCTION pgmq._owns_role(role_name name)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
-                 FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
-                (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+BEGIN
+    RETURN (SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+                             FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
+                            (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)));
+END;
 $fn$;
 
 -- create_exchange: pgpro_queue's signature; the type defaults to fanout as its docs say.

@@ -174,6 +174,10 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_bindings', '');
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq._queue_privilege(text, text)
+-- replace: pgmq._is_trusted(name)
+-- replace: pgmq._role_owns_queue(name, text)
+-- replace: pgmq._owns_queue(text)
 -- replace: pgmq._create_queue_for(text, boolean)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
@@ -186,6 +190,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_bindings', '');
 -- replace: pgmq._static_path_tree(text[], text[], text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- drop-create: pgmq.list_queue_settings() (result changed from TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer) to TABLE(queue_name text, retry_policy boolean, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text, dedup_window integer, message_ttl integer, priorities boolean))
+-- replace: pgmq._retry_delay(integer, integer, double precision, integer)
 -- replace: pgmq._dead_letter(text, bigint[], text, text)
 -- replace: pgmq.redrive(text, text, integer)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
@@ -194,7 +199,10 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_bindings', '');
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
+-- replace: pgmq._headers_match(jsonb, jsonb)
+-- replace: pgmq._may_publish(text)
 -- drop-create: pgmq._route(text, text, jsonb) (result changed from SETOF text to TABLE(queue_name text, stream_name text))
+-- replace: pgmq._owns_role(name)
 -- replace: pgmq.drop_exchange(name, boolean)
 -- drop-create: pgmq.list_exchange_bindings(text) (result changed from TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone) to TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone, stream_name text))
 -- replace: pgmq._bind(text, text, text)
@@ -261,6 +269,63 @@ DROP FUNCTION pgmq.list_exchange_bindings(text);
 DROP FUNCTION pgmq._route(text, text, jsonb);
 
 DROP FUNCTION pgmq.list_queue_settings();
+
+CREATE OR REPLACE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT coalesce(pg_catalog.has_table_privilege(
+                                to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
+                            false));
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._is_trusted(role_name name)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT coalesce((SELECT r.rolsuper
+                                    OR pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                                    OR pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
+                             FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                             WHERE r.rolname = $1 AND n.nspname = 'pgmq'),
+                            false));
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._role_owns_queue(role_name name, queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT pgmq._is_trusted($1)
+                OR coalesce((SELECT pg_catalog.pg_has_role(r.oid, o.oid, 'USAGE')
+                             FROM pgmq.queue_owners q
+                             JOIN pg_catalog.pg_roles o ON o.rolname = q.owner
+                             JOIN pg_catalog.pg_roles r ON r.rolname = $1
+                             WHERE q.queue_name = $2),
+                            false));
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._owns_queue(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT pgmq._role_owns_queue(current_user, $1));
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
 RETURNS void
@@ -2287,6 +2352,18 @@ ORDER BY m.queue_name
 $fn$;
 
 COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
+
+CREATE OR REPLACE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
+                         coalesce(max_retry_delay, 2147483647), 2147483647)::integer);
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
 RETURNS bigint
@@ -5061,6 +5138,45 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
 
+CREATE OR REPLACE FUNCTION pgmq._headers_match(arguments jsonb, headers jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (WITH args AS (
+                SELECT a.key, a.value,
+                       coalesce(headers, '{}'::jsonb) ? a.key
+                       AND (a.value = 'null'::jsonb OR coalesce(headers, '{}'::jsonb) -> a.key = a.value) AS hit
+                FROM jsonb_each(arguments) a
+                WHERE a.key <> 'x-match'
+                  AND (NOT starts_with(a.key, 'x-') OR arguments->>'x-match' IN ('all-with-x', 'any-with-x'))
+            )
+            SELECT CASE WHEN coalesce(arguments->>'x-match', 'all') IN ('all', 'all-with-x')
+                        THEN coalesce(bool_and(args.hit), true)
+                        ELSE coalesce(bool_or(args.hit), false) END
+            FROM args);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._may_publish(exchange_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT EXISTS (
+                SELECT 1
+                FROM (SELECT e.owner AS role_name FROM pgmq.exchanges e WHERE e.exchange_name = $1
+                      UNION ALL
+                      SELECT p.role_name FROM pgmq.exchange_publishers p WHERE p.exchange_name = $1) g
+                LEFT JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+                WHERE g.role_name = 'public' OR pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')));
+END;
+$fn$;
+
 CREATE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
 RETURNS TABLE(queue_name text, stream_name text)
 LANGUAGE plpgsql
@@ -5110,6 +5226,19 @@ BEGIN
         v_name := v_next;
         v_hops := v_hops + 1;
     END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._owns_role(role_name name)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+                             FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
+                            (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)));
 END;
 $fn$;
 
