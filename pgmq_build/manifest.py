@@ -421,7 +421,7 @@ ROUTINES = policies(
     Policy("dispatch", commits=True,
            unpinned_reason="commits once per message, so one failing callback never undoes another"),
     # ops
-    "pause", "resume", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
+    "pause", "resume", "_sample_messages", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
     "browse", "move_messages",
     # streams
     Policy("_create_stream_for",
