@@ -9929,47 +9929,51 @@ DECLARE
                                  FROM (SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
                                        UNION ALL
                                        SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    v_leaf   regclass;
-    v_pages  bigint;
+    v_leaf   record;
     v_runs   integer;
-    v_len    bigint;
     v_gap    double precision;
     v_start  double precision;
     v_from   bigint;
+    v_to     bigint;
     v_read   bigint;
-    v_parts  text[];
+    v_n      bigint;
+    v_leased bigint;
+    v_later  bigint;
     v_c      record;
 BEGIN
     depth := 0; in_flight := 0; delayed := 0;
-    FOR v_leaf IN SELECT l.relid FROM (SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
-                                       UNION ALL
-                                       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid) LOOP
-        v_pages := pg_relation_size(v_leaf) / current_setting('block_size')::bigint;
-        CONTINUE WHEN v_pages = 0;
-        -- this partition's share of the runs, each 5 pages long
-        v_runs := greatest(1, ceil(40 * v_pages / greatest(v_total, 1)))::integer;
-        v_len := 5;
-        v_gap := v_pages::double precision / v_runs;
-        v_start := random() * greatest(v_gap - v_len, 0);
-        v_parts := '{}';
-        v_read := 0;
+    FOR v_leaf IN
+        SELECT n.nspname, c.relname, pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages
+        FROM (SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
+              UNION ALL
+              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid)
+        JOIN pg_catalog.pg_class c ON c.oid = l.relid
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    LOOP
+        CONTINUE WHEN v_leaf.pages = 0;
+        -- this partition's share of the runs, evenly spaced from a random start
+        v_runs := greatest(1, ceil(40 * v_leaf.pages / greatest(v_total, 1)))::integer;
+        v_gap := v_leaf.pages::double precision / v_runs;
+        v_start := random() * greatest(v_gap - 5, 0);
+        v_read := 0; v_n := 0; v_leased := 0; v_later := 0;
         FOR i IN 0 .. v_runs - 1 LOOP
             v_from := floor(v_start + i * v_gap)::bigint;
-            CONTINUE WHEN v_from >= v_pages;
-            v_parts := v_parts || format(
-                $q$SELECT vt, read_ct FROM %s WHERE ctid >= '(%s,0)'::tid AND ctid < '(%s,0)'::tid$q$,
-                v_leaf, v_from, least(v_from + v_len, v_pages));
-            v_read := v_read + least(v_from + v_len, v_pages) - v_from;
+            CONTINUE WHEN v_from >= v_leaf.pages;
+            v_to := least(v_from + 5, v_leaf.pages);
+            -- a TID range scan: only the run's pages are read
+            EXECUTE format(
+                $q$SELECT count(*) AS n,
+                          count(*) FILTER (WHERE vt > now() AND read_ct > 0) AS leased,
+                          count(*) FILTER (WHERE vt > now() AND read_ct = 0) AS later
+                   FROM %I.%I WHERE ctid >= $1 AND ctid < $2$q$, v_leaf.nspname, v_leaf.relname)
+            INTO v_c
+            USING format('(%s,0)', v_from)::tid, format('(%s,0)', v_to)::tid;
+            v_read := v_read + v_to - v_from;
+            v_n := v_n + v_c.n; v_leased := v_leased + v_c.leased; v_later := v_later + v_c.later;
         END LOOP;
-        EXECUTE format(
-            $q$SELECT count(*) AS n,
-                      count(*) FILTER (WHERE vt > now() AND read_ct > 0) AS leased,
-                      count(*) FILTER (WHERE vt > now() AND read_ct = 0) AS later
-               FROM (%s) s$q$, array_to_string(v_parts, ' UNION ALL '))
-        INTO v_c;
-        depth := depth + round(v_c.n::numeric * v_pages / v_read);
-        in_flight := in_flight + round(v_c.leased::numeric * v_pages / v_read);
-        delayed := delayed + round(v_c.later::numeric * v_pages / v_read);
+        depth := depth + round(v_n::numeric * v_leaf.pages / v_read);
+        in_flight := in_flight + round(v_leased::numeric * v_leaf.pages / v_read);
+        delayed := delayed + round(v_later::numeric * v_leaf.pages / v_read);
     END LOOP;
 END;
 $fn$;
