@@ -789,6 +789,7 @@ CALL pgmq._unregister_callback('jobs', 'public.cb(jsonb)'::regprocedure, 'public
 CALL pgmq.register_callback('jobs', 'public.cb(jsonb)')
 * CALL pgmq.dispatch('jobs')
 SELECT pgmq.pause('jobs'), pgmq.resume('jobs')
+SELECT * FROM pgmq._sample_messages('pgmq.q_jobs')
 SELECT * FROM pgmq._count_rows('q_jobs')
 SELECT * FROM pgmq._count_messages('q_jobs')
 SELECT * FROM pgmq._queue_metrics_of('jobs')
