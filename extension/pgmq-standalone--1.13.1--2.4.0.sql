@@ -996,8 +996,7 @@ BEGIN
 END;
 $fn$;
 
--- _send_batch: one INSERT for the whole batch; ids come back in array order. The name is
--- checked first, as upstream checks it.
+-- _send_batch: a checked batch (send_topic's sends).
 CREATE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -1008,45 +1007,77 @@ DECLARE
     v_hdr jsonb;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
-        FOREACH v_hdr IN ARRAY headers LOOP
-            IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                PERFORM pgmq._check_headers(v_hdr);
-                IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._note_message_limits(queue_name);
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
                 END IF;
-                IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                    PERFORM pgmq._note_priorities(queue_name);
-                END IF;
-            END IF;
-        END LOOP;
-    END IF;
-    -- Deduplicated messages go one by one (each may resolve to an earlier message).
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
-        RETURN QUERY
-        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
-        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
-        ORDER BY t.ord;
-        RETURN;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
     END IF;
     RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
 END;
 $fn$;
 
--- send_batch: the implementation every overload calls.
+-- send_batch: the main form.
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
 BEGIN
-    PERFORM pgmq._validate_batch_params(msgs, headers);
-    RETURN QUERY SELECT * FROM pgmq._send_batch(queue_name, msgs, headers, delay);
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
-
 
 -- send_batch(queue_name text, msgs jsonb[])
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
@@ -1055,12 +1086,45 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], clock_timestamp());
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
-
 
 -- send_batch(queue_name text, msgs jsonb[], headers jsonb[])
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
@@ -1069,12 +1133,45 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, clock_timestamp());
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
-
 
 -- send_batch(queue_name text, msgs jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
@@ -1083,12 +1180,45 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], pgmq._delay_to_vt(delay));
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
-
 
 -- send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
@@ -1097,12 +1227,45 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := delay;
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, NULL::jsonb[], delay);
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
-
 
 -- send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
 CREATE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
@@ -1111,8 +1274,42 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send_batch(queue_name, msgs, headers, pgmq._delay_to_vt(delay));
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
@@ -1592,14 +1789,10 @@ BEGIN
     IF 0 < 100 THEN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
-    RETURN QUERY EXECUTE format($q$WITH ins AS (
-        INSERT INTO pgmq.%I (vt, message, headers, priority)
-        SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
-        FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-        ORDER BY t.ord
-        RETURNING msg_id
-    )
-    SELECT msg_id FROM ins ORDER BY msg_id$q$, pgmq._format_table_name($4, 'q'))
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     USING $1, $2, $3;
 
 END;
@@ -2283,27 +2476,19 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
-    RETURN QUERY EXECUTE format($q$WITH ins AS (
-        INSERT INTO pgmq.%I (vt, message, headers, priority)
-        SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
-        FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-        ORDER BY t.ord
-        RETURNING msg_id
-    )
-    SELECT msg_id FROM ins ORDER BY msg_id$q$, pgmq._format_table_name($4, ''q''))
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     USING $1, $2, $3;
 
 END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH ins AS (
-    INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
-    FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-    ORDER BY t.ord
-    RETURNING msg_id
-)
-SELECT msg_id FROM ins ORDER BY msg_id;
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
 RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))

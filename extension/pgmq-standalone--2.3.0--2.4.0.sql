@@ -201,8 +201,15 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- replace: pgmq._create_queue_for(text, boolean)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], integer)
+-- replace: pgmq.send_batch(text, jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
+-- replace: pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 -- replace: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
@@ -514,30 +521,312 @@ DECLARE
     v_hdr jsonb;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
-        FOREACH v_hdr IN ARRAY headers LOOP
-            IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                PERFORM pgmq._check_headers(v_hdr);
-                IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._note_message_limits(queue_name);
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
                 END IF;
-                IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                    PERFORM pgmq._note_priorities(queue_name);
-                END IF;
-            END IF;
-        END LOOP;
-    END IF;
-    -- Deduplicated messages go one by one (each may resolve to an earlier message).
-    IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
-        RETURN QUERY
-        SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
-        FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
-        ORDER BY t.ord;
-        RETURN;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
     END IF;
     RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := delay;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    PERFORM pgmq._check_headers(v_hdr);
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        PERFORM pgmq._note_message_limits(queue_name);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        PERFORM pgmq._note_priorities(queue_name);
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
 
 CREATE FUNCTION pgmq._note_priorities(queue_name text)
 RETURNS void
@@ -816,6 +1105,29 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
+    USING $1, $2, $3;
+
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
@@ -1369,27 +1681,19 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
-    RETURN QUERY EXECUTE format($q$WITH ins AS (
-        INSERT INTO pgmq.%I (vt, message, headers, priority)
-        SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
-        FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-        ORDER BY t.ord
-        RETURNING msg_id
-    )
-    SELECT msg_id FROM ins ORDER BY msg_id$q$, pgmq._format_table_name($4, ''q''))
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     USING $1, $2, $3;
 
 END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH ins AS (
-    INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
-    FROM unnest($2::jsonb[], $3::jsonb[]) WITH ORDINALITY AS t(msg, hdr, ord)
-    ORDER BY t.ord
-    RETURNING msg_id
-)
-SELECT msg_id FROM ins ORDER BY msg_id;
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
 RETURN;
 ',
                                 pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
