@@ -872,8 +872,7 @@ BEGIN
 END;
 $fn$;
 
--- send: the implementation every overload calls. Returns the new msg_id. The name is checked
--- first, as upstream checks it, before our header handling looks at the queue.
+-- send: the main form. Returns the new msg_id.
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -908,12 +907,14 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, clock_timestamp());
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
-
 
 -- send(queue_name text, msg jsonb, headers jsonb)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
@@ -922,12 +923,28 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, headers, clock_timestamp());
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
-
 
 -- send(queue_name text, msg jsonb, delay integer)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
@@ -936,12 +953,14 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, pgmq._delay_to_vt(delay));
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
-
 
 -- send(queue_name text, msg jsonb, delay timestamp with time zone)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone)
@@ -950,12 +969,14 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_delay timestamp with time zone := delay;
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, NULL::jsonb, delay);
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
-
 
 -- send(queue_name text, msg jsonb, headers jsonb, delay integer)
 CREATE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
@@ -964,8 +985,25 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.send(queue_name, msg, headers, pgmq._delay_to_vt(delay));
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';

@@ -200,6 +200,11 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- replace: pgmq._owns_queue(text)
 -- replace: pgmq._create_queue_for(text, boolean)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb)
+-- replace: pgmq.send(text, jsonb, jsonb)
+-- replace: pgmq.send(text, jsonb, integer)
+-- replace: pgmq.send(text, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb, jsonb, integer)
 -- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.send_batch(text, jsonb[], jsonb[], timestamp with time zone)
 -- replace: pgmq.send_batch(text, jsonb[])
@@ -510,6 +515,114 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := delay;
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(headers);
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
+        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
 
 CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
 RETURNS SETOF bigint
