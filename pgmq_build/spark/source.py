@@ -77,12 +77,15 @@ class PgmqDataSource(DataSource):
         return PublishWriter(write_spec(self.options, column_types(schema), streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import PgmqStreamReader, SubscriptionStreamReader
+        from .stream import FailedStreamReader, PgmqStreamReader, SubscriptionStreamReader
 
-        spec = stream_spec(self.options)
-        if spec.stream is not None:
-            return SubscriptionStreamReader(spec)
-        return PgmqStreamReader(spec)
+        try:
+            spec = stream_spec(self.options)
+            if spec.stream is not None:
+                return SubscriptionStreamReader(spec)
+            return PgmqStreamReader(spec)
+        except Exception as e:  # raised at Spark's first call (FailedStreamReader says why)
+            return FailedStreamReader(e)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .options import sink_key

@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import pyarrow as pa
@@ -102,6 +102,25 @@ class StreamPartition(InputPartition):
     hi: int  # inclusive
     exclude: list[int] = field(default_factory=list)
     include: list[int] = field(default_factory=list)
+
+
+class FailedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stands in for a stream reader that could not be made (no such queue or stream, no
+    connection) and raises its error at Spark's first call. PySpark's source runner stops the
+    reader in a `finally` even when making it failed, so an error raised by streamReader()
+    reached the user as UnboundLocalError ('reader') instead of its own text."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _fail(self, *args: object) -> NoReturn:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = _fail  # noqa: N815 (Spark's names)
+    getDefaultReadLimit = prepareForTriggerAvailableNow = _fail  # noqa: N815
+
+    def stop(self) -> None:
+        pass
 
 
 class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -211,3 +211,21 @@ def test_writes_from_another_thread_after_register(spark, dsn, make_queue, sql, 
     run_threads([threading.Thread(target=in_a_thread)])
     assert [str(getattr(e, "java_exception", e))[:200] for e in failures] == []
     assert sql("SELECT count(*), count(DISTINCT message) FROM pgmq.q_dst") == [(20, 20)]
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"queue": "nope"}, "queue 'nope' does not exist"),
+    ({"stream": "nope", "subscription": "s"}, "stream 'nope' does not exist"),
+])
+def test_a_stream_reader_that_cannot_start_says_why(spark, dsn, tmp_path, options, words):
+    """A reader that fails as it is made (no such queue or stream, no connection) fails the
+    query with its own error: PySpark's source runner would hide it behind
+    UnboundLocalError ('reader', its `finally: reader.stop()`)."""
+    reader = spark.readStream.format("pgmq").option("dsn", dsn)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (reader.load().writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    with pytest.raises(Exception, match=words) as failed:
+        query.awaitTermination(120)
+    assert "UnboundLocalError" not in str(failed.value)
