@@ -1459,6 +1459,8 @@ DECLARE
     v_i         record;
     v_left      integer := qty;
     v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1487,10 +1489,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_read_judged_ranked(
                      v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1503,10 +1506,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_read_judged(
                      v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1514,8 +1518,13 @@ BEGIN
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
-        -- later rounds skip): the next one meets other rows
-        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
         IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
@@ -1590,6 +1599,8 @@ DECLARE
     v_i         record;
     v_left      integer := qty;
     v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1618,10 +1629,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_pop_judged_ranked(
                      v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1634,10 +1646,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_pop_judged(
                      v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1645,8 +1658,13 @@ BEGIN
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
-        -- later rounds skip): the next one meets other rows
-        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
         IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
@@ -1934,6 +1952,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -1981,6 +2001,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2014,6 +2040,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2061,6 +2089,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2172,6 +2206,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2218,6 +2254,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2251,6 +2293,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2297,6 +2341,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2677,6 +2727,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2724,6 +2776,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2739,6 +2797,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -2786,6 +2846,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2820,6 +2886,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2867,6 +2935,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2882,6 +2956,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -2929,6 +3005,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -3085,6 +3167,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3131,6 +3215,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -3146,6 +3236,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3192,6 +3284,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -3226,6 +3324,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3272,6 +3372,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -3287,6 +3393,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3333,6 +3441,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;

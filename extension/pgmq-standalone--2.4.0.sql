@@ -1271,6 +1271,8 @@ DECLARE
     v_i         record;
     v_left      integer := qty;
     v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1299,10 +1301,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_read_judged_ranked(
                      v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1315,10 +1318,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_read_judged(
                      v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1326,8 +1330,13 @@ BEGIN
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
-        -- later rounds skip): the next one meets other rows
-        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
         IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
@@ -1402,6 +1411,8 @@ DECLARE
     v_i         record;
     v_left      integer := qty;
     v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
 BEGIN
     PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
@@ -1430,10 +1441,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_pop_judged_ranked(
                      v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1446,10 +1458,11 @@ BEGIN
                    array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.message) FILTER (WHERE t.reason IS NULL),
                    array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason <> 'retry'),
-                   array_agg(t.reason) FILTER (WHERE t.reason <> 'retry'),
-                   coalesce(bool_or(t.reason = 'retry'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
             FROM pgmq._static_pop_judged(
                      v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                  AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
@@ -1457,8 +1470,13 @@ BEGIN
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
-        -- later rounds skip): the next one meets other rows
-        EXIT WHEN v_dead IS NULL AND NOT v_retried;
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
         IF v_dead IS NOT NULL THEN
             FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
                        FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
@@ -1746,6 +1764,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -1793,6 +1813,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1826,6 +1852,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -1873,6 +1901,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -1984,6 +2018,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2030,6 +2066,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2063,6 +2105,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2109,6 +2153,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2489,6 +2539,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2536,6 +2588,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2551,6 +2609,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -2598,6 +2658,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2632,6 +2698,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2679,6 +2747,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2694,6 +2768,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -2741,6 +2817,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -2897,6 +2979,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2943,6 +3027,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -2958,6 +3048,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3004,6 +3096,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
@@ -3038,6 +3136,8 @@ BEGIN
             FROM pgmq.%1$I
             WHERE vt <= clock_timestamp()
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3084,6 +3184,12 @@ BEGIN
     SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
     FROM judged j
     WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
@@ -3099,6 +3205,8 @@ $path$;',
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3145,6 +3253,12 @@ UNION ALL
 SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
 FROM judged j
 WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
