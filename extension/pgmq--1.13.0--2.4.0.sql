@@ -8527,12 +8527,56 @@ $fn$;
 COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
 
 -- features/routing/functions/publish.sql.j2
--- publish: one copy of the message into every queue the exchange routes it to and one event
--- into every stream, atomically (any failing send aborts them all). Each queue's copy goes
--- through send(), so priorities, dedup, TTL and the target queue's retry policy apply to it; each
--- stream's through stream_send() (a stream has no delay: its event is there once the publish
--- commits). Returns (queue_name, msg_id) per queue and (stream_name, ev_id) per stream.
+-- publish: the message to every queue and stream the exchange routes it to; one row per queue.
 CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex     pgmq.exchanges;
+    v_to     record;
+    v_routed boolean := false;
+BEGIN
+    v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_to IN SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r LOOP
+        v_routed := true;
+        IF v_to.queue_name IS NOT NULL THEN
+            RETURN QUERY SELECT v_to.queue_name, s.id
+                         FROM pgmq.send(v_to.queue_name, msg, headers, delay) AS s(id);
+        ELSE
+            PERFORM pgmq.stream_send(v_to.stream_name, msg, headers);
+        END IF;
+    END LOOP;
+    IF NOT v_routed THEN
+        PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue reached (streams reached are written too: publish_routed lists them).';
+
+-- publish(..., delay integer): the main form, delay in seconds.
+CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM pgmq.publish(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue and stream reached. Returns one row per queue (publish_routed: per queue and stream).';
+
+
+-- publish_routed: publish, returning every copy made: (queue_name, msg_id) per queue and
+-- (stream_name, ev_id) per stream. publish itself keeps its 2.3.0 result, so that a client
+-- unpacking its two columns works whatever the exchange is bound to.
+CREATE FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
 LANGUAGE plpgsql
 VOLATILE
@@ -8562,20 +8606,19 @@ BEGIN
     END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
+COMMENT ON FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange, as publish does; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
 
--- publish(..., delay integer): the main form, delay in seconds.
-CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+CREATE FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
 RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.publish(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
+    RETURN QUERY SELECT * FROM pgmq.publish_routed(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue reached. Returns one row per queue.';
+COMMENT ON FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange, as publish does, delay in seconds. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
 
 
 -- test_exchange_routing: a dry run of publish.

@@ -238,8 +238,7 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- replace: pgmq.drop_exchange(name, boolean)
 -- drop-create: pgmq.list_exchange_bindings(text) (result changed from TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone) to TABLE(exchange_name text, queue_name text, binding_key text, bound_at timestamp with time zone, stream_name text))
 -- replace: pgmq._bind(text, text, text)
--- drop-create: pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone) (result changed from TABLE(queue_name text, msg_id bigint) to TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint))
--- drop-create: pgmq.publish(text, text, jsonb, jsonb, integer) (result changed from TABLE(queue_name text, msg_id bigint) to TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint))
+-- replace: pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone)
 -- drop-create: pgmq.test_exchange_routing(text, text, jsonb) (result changed from TABLE(queue_name text) to TABLE(queue_name text, stream_name text))
 -- replace: pgmq.send_topic(text, jsonb, jsonb, integer)
 -- replace: pgmq.send_batch_topic(text, jsonb[], jsonb[], timestamp with time zone)
@@ -281,6 +280,8 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- new: pgmq.stream_info(text)
 -- new: pgmq.bind_stream(text, text, text)
 -- new: pgmq.unbind_stream(text, text, text)
+-- new: pgmq.publish_routed(text, text, jsonb, jsonb, timestamp with time zone)
+-- new: pgmq.publish_routed(text, text, jsonb, jsonb, integer)
 -- new: pgmq.pause(text)
 -- new: pgmq.resume(text)
 -- new: pgmq._sample_messages(regclass)
@@ -292,10 +293,6 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- new: pgmq.move_messages(text, text, integer)
 
 DROP FUNCTION pgmq.test_exchange_routing(text, text, jsonb);
-
-DROP FUNCTION pgmq.publish(text, text, jsonb, jsonb, integer);
-
-DROP FUNCTION pgmq.publish(text, text, jsonb, jsonb, timestamp with time zone);
 
 DROP FUNCTION pgmq.list_exchange_bindings(text);
 
@@ -5981,7 +5978,41 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
 
-CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+CREATE OR REPLACE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS TABLE(queue_name text, msg_id bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex     pgmq.exchanges;
+    v_to     record;
+    v_routed boolean := false;
+BEGIN
+    v_ex := pgmq._exchange_for_publish(exchange_name, routing_key);
+    IF msg IS NULL THEN
+        RAISE EXCEPTION 'msg cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_to IN SELECT r.queue_name, r.stream_name FROM pgmq._route(exchange_name, routing_key, headers) r LOOP
+        v_routed := true;
+        IF v_to.queue_name IS NOT NULL THEN
+            RETURN QUERY SELECT v_to.queue_name, s.id
+                         FROM pgmq.send(v_to.queue_name, msg, headers, delay) AS s(id);
+        ELSE
+            PERFORM pgmq.stream_send(v_to.stream_name, msg, headers);
+        END IF;
+    END LOOP;
+    IF NOT v_routed THEN
+        PERFORM pgmq._unroutable(exchange_name, routing_key, v_ex.on_unroutable);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue reached (streams reached are written too: publish_routed lists them).';
+
+COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue and stream reached. Returns one row per queue (publish_routed: per queue and stream).';
+
+CREATE FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
 LANGUAGE plpgsql
 VOLATILE
@@ -6012,20 +6043,20 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
+COMMENT ON FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Publish a message through an exchange, as publish does; visible in queues at the given time. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
 
-CREATE FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+CREATE FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
 RETURNS TABLE(queue_name text, msg_id bigint, stream_name text, ev_id bigint)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN QUERY SELECT * FROM pgmq.publish(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
+    RETURN QUERY SELECT * FROM pgmq.publish_routed(exchange_name, routing_key, msg, headers, pgmq._delay_to_vt(delay));
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.publish(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange (fanout, direct, topic or headers); atomic across every queue reached. Returns one row per queue.';
+COMMENT ON FUNCTION pgmq.publish_routed(exchange_name text, routing_key text, msg jsonb, headers jsonb, delay integer) IS 'Publish a message through an exchange, as publish does, delay in seconds. Returns one row per queue (queue_name, msg_id) and per stream (stream_name, ev_id) reached.';
 
 CREATE FUNCTION pgmq.test_exchange_routing(exchange_name text, routing_key text, headers jsonb DEFAULT NULL::jsonb)
 RETURNS TABLE(queue_name text, stream_name text)

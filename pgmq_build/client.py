@@ -390,19 +390,32 @@ class Client:
 
     def publish(self, exchange: str, routing_key: str | None, message: Any, *,
                 headers: dict[str, Any] | None = None, delay: Delay = 0) -> list[tuple[str, int]]:
-        """Publish through an exchange: one copy per queue it routes to, atomically. Returns
-        (queue, msg_id) per copy; an unroutable message returns [] (or raises, as the exchange
-        is set up with pgmq.set_unroutable)."""
+        """Publish through an exchange: one copy per queue (and one event per stream) it routes
+        to, atomically. Returns (queue, msg_id) per queue copy; an unroutable message returns []
+        (or raises, as the exchange is set up with pgmq.set_unroutable)."""
+        rows = self._publish("publish", exchange, routing_key, message, headers, delay)
+        return [(r["queue_name"], int(r["msg_id"])) for r in rows]
+
+    def publish_routed(self, exchange: str, routing_key: str | None, message: Any, *,
+                       headers: dict[str, Any] | None = None,
+                       delay: Delay = 0) -> list[tuple[str, str, int]]:
+        """publish(), returning every copy: ("queue", queue, msg_id) and ("stream", stream,
+        ev_id)."""
+        rows = self._publish("publish_routed", exchange, routing_key, message, headers, delay)
+        return [("queue", r["queue_name"], int(r["msg_id"])) if r["queue_name"] is not None
+                else ("stream", r["stream_name"], int(r["ev_id"])) for r in rows]
+
+    def _publish(self, function: str, exchange: str, routing_key: str | None, message: Any,
+                 headers: dict[str, Any] | None, delay: Delay) -> list[dict[str, Any]]:
         validate.text("exchange", exchange, empty=False)
         if routing_key is not None:
             validate.text("routing_key", routing_key)
         msg, hdrs = _message("message", message), _headers("headers", headers)
         delay = _check_time("delay", delay)
-        query = sql.SQL("SELECT queue_name, msg_id FROM pgmq.publish(exchange_name => %s::text, "
-                        "routing_key => %s::text, msg => %s::jsonb, headers => %s::jsonb, "
-                        "delay => %s::{})").format(_time_cast(delay))
-        rows = self._rows(query, (exchange, routing_key, msg, hdrs, delay))
-        return [(r["queue_name"], int(r["msg_id"])) for r in rows]
+        query = sql.SQL("SELECT * FROM pgmq.{}(exchange_name => %s::text, routing_key => %s::text, "
+                        "msg => %s::jsonb, headers => %s::jsonb, delay => %s::{})").format(
+                            sql.Identifier(function), _time_cast(delay))
+        return self._rows(query, (exchange, routing_key, msg, hdrs, delay))
 
     # -- reading
 

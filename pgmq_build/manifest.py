@@ -386,7 +386,7 @@ ROUTINES = policies(
     "_topic_regex", "_headers_match", "_headers_arguments", "_may_publish", "_exchange_for_publish",
     "_route", "_unroutable", "_owns_role", "create_exchange", "drop_exchange", "set_unroutable",
     "list_exchanges", "list_exchange_bindings", "_bind", "_unbind", "bind_queue", "unbind_queue",
-    "publish", "test_exchange_routing", "bind_topic", "unbind_topic", "list_topic_bindings",
+    "publish", "publish_routed", "test_exchange_routing", "bind_topic", "unbind_topic", "list_topic_bindings",
     "bind_stream", "unbind_stream",
     "test_routing", "send_topic", "send_batch_topic",
     # notify

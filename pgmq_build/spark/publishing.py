@@ -315,9 +315,10 @@ _SEND_BATCH = ("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::text[]::jsonb
 _SEND_TOPIC = ("SELECT count(*), count(*) FILTER (WHERE s = 0) FROM unnest(%s::text[], %s::text[], "
                "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o), "
                "LATERAL pgmq.send_topic(t.k, t.m::jsonb, t.h::jsonb, t.d) AS s")
-_PUBLISH = ("SELECT count(DISTINCT t.o), count(DISTINCT t.o) FILTER (WHERE p.msg_id IS NULL) FROM unnest(%s::text[], %s::text[], "
-            "%s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o) "
-            "LEFT JOIN LATERAL pgmq.publish(%s::text, t.k, t.m::jsonb, t.h::jsonb, t.d) AS p ON true")
+# publish_routed, not publish: a row routed to streams only is routed (publish lists queues only)
+_PUBLISH = ("SELECT count(DISTINCT t.o), count(DISTINCT t.o) FILTER (WHERE p.msg_id IS NULL AND p.ev_id IS NULL) "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[]) WITH ORDINALITY AS t(k, m, h, d, o) "
+            "LEFT JOIN LATERAL pgmq.publish_routed(%s::text, t.k, t.m::jsonb, t.h::jsonb, t.d) AS p ON true")
 
 
 def send_rows(cur: psycopg.Cursor, queue: str, enc: Encoded, idx: list[int] | None = None) -> int:
@@ -418,7 +419,8 @@ def route_rows(cur: psycopg.Cursor, enc: Encoded, exchange: str | None,
         cur.execute(_PUBLISH, [*args, exchange])
     rows, unroutable = cur.fetchone()
     if unroutable and not allow_unroutable:
-        raise PgmqSparkError(f"{unroutable} message(s) matched no queue binding (set option "
+        bound = "queue binding" if exchange is None else "queue or stream binding"
+        raise PgmqSparkError(f"{unroutable} message(s) matched no {bound} (set option "
                              "allowUnroutable=true to drop them)")
     return int(rows)
 

@@ -74,11 +74,16 @@ def _reconnecting(method: Callable) -> Callable:
 
 
 class _DriverConnection:
-    """The one connection a stream reader keeps in Spark's driver for the whole query (made on
-    first use, never pickled to executors)."""
+    """What the stream readers share in Spark's driver: the one connection kept for the whole
+    query (made on first use, never pickled to executors) and the read limit of the options."""
 
     spec: StreamSpec
     _conn: psycopg.Connection | None = None
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's name)
+        if self.spec.max_rows:
+            return ReadMaxRows(self.spec.max_rows)
+        return ReadAllAvailable()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -170,11 +175,6 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         else:
             self._initial = Offset(0)
         return self._initial.to_json()
-
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
-        if self.spec.max_rows:
-            return ReadMaxRows(self.spec.max_rows)
-        return ReadAllAvailable()
 
     @_reconnecting
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
@@ -268,11 +268,6 @@ class SubscriptionStreamReader(_DriverConnection, DataSourceStreamReader,
                                                 self.spec.starting)
         self._at = self._initial
         return {"position": self._initial}
-
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
-        if self.spec.max_rows:
-            return ReadMaxRows(self.spec.max_rows)
-        return ReadAllAvailable()
 
     @_reconnecting
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802

@@ -341,6 +341,15 @@ def test_publish_routes_through_an_exchange(client, conn):
     assert client.read("all_docs", qty=5)[0].message == {"n": 1}
     with raises_sql("42704"):
         client.publish("nope", "pdf", {})
+    client.create_stream("doc_log")
+    conn.execute("SELECT pgmq.bind_stream('doc_log', 'docs', 'pdf')")
+    routed = client.publish_routed("docs", "pdf", {"n": 4})
+    assert sorted((kind, name) for kind, name, _ in routed) == [
+        ("queue", "all_docs"), ("queue", "pdfs"), ("stream", "doc_log")]
+    ev_id = next(i for kind, _, i in routed if kind == "stream")
+    assert scalar(conn, "SELECT message FROM pgmq.s_doc_log WHERE ev_id = %s", (ev_id,)) == {"n": 4}
+    assert sorted(q for q, _ in client.publish("docs", "pdf", {"n": 5})) == ["all_docs", "pdfs"]
+    assert scalar(conn, "SELECT count(*) FROM pgmq.s_doc_log") == 2
 
 
 # ----------------------------------------------------------------------------- consume

@@ -321,7 +321,7 @@ SCENARIO = [
     ("SELECT count(*) FROM pgmq.list_streams()", 1),
     ("SELECT pgmq.create_exchange('sx', 'topic')", ANY),
     ("SELECT pgmq.bind_stream('st', 'sx', 'a.*')", ANY),
-    ("SELECT ev_id OPERATOR(pg_catalog.>) 0 FROM pgmq.publish('sx', 'a.b', '{}'::pg_catalog.jsonb)", True),
+    ("SELECT ev_id OPERATOR(pg_catalog.>) 0 FROM pgmq.publish_routed('sx', 'a.b', '{}'::pg_catalog.jsonb)", True),
     ("SELECT stream_name FROM pgmq.test_exchange_routing('sx', 'a.b')", "st"),
     ("SELECT pgmq.unbind_stream('st', 'sx')", ANY),
     ("SELECT pgmq.drop_exchange('sx', false)", ANY),

@@ -12,8 +12,8 @@ from tests.helpers import column, notices, raises_sql, scalar
 
 
 def publish(conn, exchange, key, msg=None, headers=None):
-    """[(queue_name, msg_id, stream_name, ev_id)] of one publish."""
-    return conn.execute("SELECT * FROM pgmq.publish(%s, %s, %s::jsonb, %s::jsonb)",
+    """[(queue_name, msg_id, stream_name, ev_id)] of one publish (publish_routed)."""
+    return conn.execute("SELECT * FROM pgmq.publish_routed(%s, %s, %s::jsonb, %s::jsonb)",
                         (exchange, key, json.dumps(msg or {"x": 1}),
                          json.dumps(headers) if headers else None)).fetchall()
 
@@ -62,6 +62,25 @@ def test_a_fanout_publish_stores_one_event_for_every_subscription(conn, log):
         ("fan", "q", None, None), ("fan", None, "log", None)]
 
 
+def test_publish_keeps_its_two_columns_and_writes_the_streams_too(conn, log):
+    """A 2.3.0 client unpacks publish's (queue_name, msg_id): streams bound to the exchange get
+    their event all the same, and publish_routed is the call that lists them."""
+    conn.execute("SELECT pgmq.create_exchange('fan')")
+    conn.execute("SELECT pgmq.bind_queue('q', 'fan', NULL), pgmq.bind_stream('log', 'fan')")
+    cur = conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"n\": 1}')")
+    assert [d.name for d in cur.description] == ["queue_name", "msg_id"]
+    ((queue, msg_id),) = cur.fetchall()
+    assert queue == "q" and scalar(conn, "SELECT message FROM pgmq.q_q WHERE msg_id = %s", (msg_id,)) == {"n": 1}
+    assert events(conn, "log") == [{"n": 1}]
+    cur = conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"n\": 2}', NULL, now() + interval '1 hour')")
+    assert [d.name for d in cur.description] == ["queue_name", "msg_id"] and len(cur.fetchall()) == 1
+    # bound to a stream only: routed (no unroutable rule runs), no queue row
+    conn.execute("SELECT pgmq.create_exchange('only_log'), pgmq.bind_stream('log', 'only_log')")
+    conn.execute("SELECT pgmq.set_unroutable('only_log', 'error')")
+    assert conn.execute("SELECT * FROM pgmq.publish('only_log', NULL, '{\"n\": 3}')").fetchall() == []
+    assert events(conn, "log") == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
 def test_direct_topic_and_headers_route_to_streams(conn, log):
     conn.execute("SELECT pgmq.create_stream('other')")
     conn.execute("SELECT pgmq.create_exchange('d', 'direct'), pgmq.create_exchange('t', 'topic'), "
@@ -108,7 +127,7 @@ def test_a_delay_holds_the_queue_copy_not_the_event(conn, log):
     """A stream has no delay: its event is delivered once the publish commits."""
     conn.execute("SELECT pgmq.create_exchange('fan')")
     conn.execute("SELECT pgmq.bind_queue('q', 'fan', NULL), pgmq.bind_stream('log', 'fan')")
-    assert len(conn.execute("SELECT * FROM pgmq.publish('fan', NULL, '{\"n\": 1}', NULL, 60)").fetchall()) == 2
+    assert len(conn.execute("SELECT * FROM pgmq.publish_routed('fan', NULL, '{\"n\": 1}', NULL, 60)").fetchall()) == 2
     assert column(conn, "SELECT msg_id FROM pgmq.read('q', 30, 10)") == []
     assert drain(conn, "log", "a") == [{"n": 1}]
 
@@ -193,7 +212,7 @@ def test_a_publisher_that_may_not_write_to_a_stream_gets_nothing_into_it(conn, r
         as_role(conn, stranger, "SELECT * FROM pgmq.publish('open', NULL, '{\"n\": 1}')")
     # all or nothing: the queue copy the stranger may write went too
     assert events(conn, "priv") == [] and scalar(conn, "SELECT count(*) FROM pgmq.q_pub_q") == 0
-    assert as_role(conn, owner, "SELECT stream_name FROM pgmq.publish('open', NULL, '{\"n\": 2}') "
+    assert as_role(conn, owner, "SELECT stream_name FROM pgmq.publish_routed('open', NULL, '{\"n\": 2}') "
                                 "WHERE stream_name IS NOT NULL") == [("priv",)]
     assert events(conn, "priv") == [{"n": 2}]
 

@@ -31,6 +31,10 @@ class Consumer(threading.Thread):
     def run(self) -> None:
         try:
             while True:
+                # noted before the read: a read that began before the producers' last commits
+                # may come back empty after they are done; only one that began after stop says
+                # there is nothing more
+                stopping = self.stop.is_set()
                 with self.conn.transaction():
                     rows = self.conn.execute("SELECT batch_id, message->>'n' FROM pgmq.stream_read(%s, %s)",
                                              (self.stream, self.sub)).fetchall()
@@ -39,7 +43,7 @@ class Consumer(threading.Thread):
                 if rows:
                     self.got += [int(n) for _, n in rows]
                     time.sleep(self.pause)
-                elif self.stop.is_set():
+                elif stopping:
                     return
                 else:
                     time.sleep(0.01)

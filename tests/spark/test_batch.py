@@ -232,3 +232,9 @@ def test_publish_through_an_exchange(spark, dsn, make_queue, sql):
     assert sql("SELECT count(*) FROM pgmq.q_eu") == [(2,)]  # the failed task (one partition) wrote nothing
     plain.option("allowUnroutable", "true").save()
     assert sql("SELECT count(*) FROM pgmq.q_eu") == [(3,)]
+    # a key bound to a stream only is routed (the stream has the event), not unroutable
+    sql("SELECT pgmq.create_stream('asia_log')")
+    sql("SELECT pgmq.bind_stream('asia_log', 'orders_x', 'asia')")
+    lost.coalesce(1).write.format("pgmq").option("dsn", dsn).option("exchange", "orders_x").mode("append").save()
+    assert sql("SELECT message->>'x' FROM pgmq.s_asia_log") == [("4",)]
+    assert sql("SELECT count(*) FROM pgmq.q_eu") == [(4,)]
