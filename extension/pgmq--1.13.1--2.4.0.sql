@@ -6671,10 +6671,11 @@ BEGIN
     INSERT INTO pgmq.streams (stream_name, owner, retention, rotation_period, retention_bytes, drop_unacked)
     VALUES (stream_name, v_caller, retention, rotation_period, retention_bytes, drop_unacked);
     EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
-    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text);
-    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || (0 % 100000)::text,
+                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
+    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text);
+    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text,
                    (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
+    PERFORM pgmq._copy_stream_acl(_create_stream_for.stream_name, pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text);
     INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
     -- tick 0: the stream's creation, where 'earliest' starts
     INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
@@ -6770,7 +6771,7 @@ AS $fn$
 SELECT s.stream_name, s.owner, s.retention, s.rotation_period, s.retention_bytes, s.drop_unacked,
        (SELECT count(*) FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
        (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(to_regclass(
-                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '_' || (g.segment % 100000)::text)))), 0)::bigint
+                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '_' || ((g.segment) % 100000)::text)))), 0)::bigint
         FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
        s.created_at
 FROM pgmq.streams s
@@ -6801,7 +6802,7 @@ BEGIN
                SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
                RETURNING ev_id)
            SELECT ev_id FROM ins ORDER BY ev_id$q$,
-        pgmq._format_table_name(stream_name, 's') || '_' || (v_seg % 100000)::text)
+        pgmq._format_table_name(stream_name, 's') || '_' || ((v_seg) % 100000)::text)
     USING msgs, headers;
 END;
 $fn$;
@@ -6901,7 +6902,7 @@ BEGIN
         PERFORM FROM pgmq.streams s FOR SHARE;
     END IF;
     SELECT coalesce(array_agg(n.stream_name ORDER BY n.stream_name COLLATE "C"), '{}'),
-           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || (n.current_segment % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
+           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || ((n.current_segment) % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
     INTO v_names, v_segments
     FROM (SELECT s.stream_name::text, s.current_segment FROM pgmq.streams s
           ORDER BY s.stream_name COLLATE "C" LIMIT 100) n;
@@ -7179,10 +7180,11 @@ BEGIN
         UPDATE pgmq.stream_segments g SET closed_at = clock_timestamp(), closed_snapshot = pg_current_snapshot()
         WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment;
         EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                       pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
-        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text);
-        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_s.current_segment + 1 % 100000)::text,
+                       pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
+        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text);
+        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text,
                        (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = v_s.stream_name));
+        PERFORM pgmq._copy_stream_acl(v_s.stream_name, pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text);
         INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (v_s.stream_name, v_s.current_segment + 1);
         UPDATE pgmq.streams s SET current_segment = v_s.current_segment + 1
         WHERE s.stream_name = v_s.stream_name;
@@ -7190,8 +7192,8 @@ BEGIN
 
     FOR v_g IN SELECT g.segment, g.closed_at, g.closed_snapshot FROM pgmq.stream_segments g
                WHERE g.stream_name = v_s.stream_name AND g.closed_at IS NOT NULL ORDER BY g.segment LOOP
-        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '_' || (v_g.segment % 100000)::text;
-        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || (g.segment % 100000)::text))))
+        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_g.segment) % 100000)::text;
+        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((g.segment) % 100000)::text))))
         INTO v_bytes FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
         -- due: past retention (and a second, so that no producer that chose it is still
         -- inserting), or the stream is over its size
@@ -7671,6 +7673,252 @@ WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_nam
 ORDER BY u.stream_name, u.subscription_name
 $fn$;
 COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
+
+-- features/streams/functions/access.sql.j2
+-- _stream_acl: one GRANT or REVOKE of one privilege on one of a stream's objects; role_name NULL
+-- is PUBLIC. A branch per case: the format strings stay constant (the lint's rule for dynamic
+-- SQL). Called by the SECURITY DEFINER routines below, as the objects' owner.
+CREATE FUNCTION pgmq._stream_acl(object_kind text, object_name text, privilege text, role_name name, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF object_kind = 'TABLE' AND privilege = 'SELECT' AND allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('GRANT SELECT ON TABLE pgmq.%I TO PUBLIC', object_name);
+        ELSE
+            EXECUTE format('GRANT SELECT ON TABLE pgmq.%I TO %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'TABLE' AND privilege = 'SELECT' AND NOT allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('REVOKE SELECT ON TABLE pgmq.%I FROM PUBLIC', object_name);
+        ELSE
+            EXECUTE format('REVOKE SELECT ON TABLE pgmq.%I FROM %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'TABLE' AND privilege = 'INSERT' AND allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('GRANT INSERT ON TABLE pgmq.%I TO PUBLIC', object_name);
+        ELSE
+            EXECUTE format('GRANT INSERT ON TABLE pgmq.%I TO %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'TABLE' AND privilege = 'INSERT' AND NOT allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('REVOKE INSERT ON TABLE pgmq.%I FROM PUBLIC', object_name);
+        ELSE
+            EXECUTE format('REVOKE INSERT ON TABLE pgmq.%I FROM %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'TABLE' AND privilege = 'SELECT (ev_id)' AND allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('GRANT SELECT (ev_id) ON TABLE pgmq.%I TO PUBLIC', object_name);
+        ELSE
+            EXECUTE format('GRANT SELECT (ev_id) ON TABLE pgmq.%I TO %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'TABLE' AND privilege = 'SELECT (ev_id)' AND NOT allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('REVOKE SELECT (ev_id) ON TABLE pgmq.%I FROM PUBLIC', object_name);
+        ELSE
+            EXECUTE format('REVOKE SELECT (ev_id) ON TABLE pgmq.%I FROM %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'SEQUENCE' AND privilege = 'SELECT' AND allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('GRANT SELECT ON SEQUENCE pgmq.%I TO PUBLIC', object_name);
+        ELSE
+            EXECUTE format('GRANT SELECT ON SEQUENCE pgmq.%I TO %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'SEQUENCE' AND privilege = 'SELECT' AND NOT allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('REVOKE SELECT ON SEQUENCE pgmq.%I FROM PUBLIC', object_name);
+        ELSE
+            EXECUTE format('REVOKE SELECT ON SEQUENCE pgmq.%I FROM %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'SEQUENCE' AND privilege = 'USAGE' AND allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('GRANT USAGE ON SEQUENCE pgmq.%I TO PUBLIC', object_name);
+        ELSE
+            EXECUTE format('GRANT USAGE ON SEQUENCE pgmq.%I TO %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    IF object_kind = 'SEQUENCE' AND privilege = 'USAGE' AND NOT allow THEN
+        IF role_name IS NULL THEN
+            EXECUTE format('REVOKE USAGE ON SEQUENCE pgmq.%I FROM PUBLIC', object_name);
+        ELSE
+            EXECUTE format('REVOKE USAGE ON SEQUENCE pgmq.%I FROM %I', object_name, role_name);
+        END IF;
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'internal_error',
+        MESSAGE = format('no stream privilege %s on %s', privilege, object_kind);
+END;
+$fn$;
+
+-- _stream_holds: whether the stream table grants `privilege` to role_name itself (NULL: PUBLIC),
+-- not through a membership.
+CREATE FUNCTION pgmq._stream_holds(table_name text, role_name name, privilege text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (EXISTS (SELECT 1 FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+                    WHERE c.oid = to_regclass(format('pgmq.%I', $1)) AND a.privilege_type = $3
+                      AND a.grantee = coalesce((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = $2), 0)));
+END;
+$fn$;
+
+-- _copy_stream_acl: a new segment gets what the stream's parent table grants (besides its
+-- owner's, which create_segment grants): the readers and writers granted by grant_stream_access.
+CREATE FUNCTION pgmq._copy_stream_acl(stream_name text, segment_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_a record;
+BEGIN
+    FOR v_a IN SELECT a.privilege_type, r.rolname
+               FROM pg_catalog.pg_class c
+               CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+               LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+               WHERE c.oid = to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's')))
+                 AND a.grantee <> c.relowner
+    LOOP
+        IF v_a.privilege_type = 'SELECT' THEN  -- 'read'
+            PERFORM pgmq._stream_acl('TABLE', segment_name, 'SELECT', v_a.rolname, true);
+        END IF;
+        IF v_a.privilege_type = 'INSERT' THEN  -- 'write'
+            PERFORM pgmq._stream_acl('TABLE', segment_name, 'INSERT', v_a.rolname, true);
+            PERFORM pgmq._stream_acl('TABLE', segment_name, 'SELECT (ev_id)', v_a.rolname, true);
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+-- _set_stream_access: grant (allow) or revoke a role's read or write access (or both) to a
+-- stream: its parent, every segment and its id sequence. SECURITY DEFINER: the objects belong
+-- to the extension's owner; it acts for the stream's owner proven by _prove_caller. The stream's
+-- row is locked first, so a rotation (which takes it) either finishes first and its new segment
+-- is changed here, or comes after and copies the parent's new ACL.
+CREATE FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+    v_table  text;
+    v_role   name := CASE WHEN role_name = 'public' THEN NULL ELSE role_name END;
+BEGIN
+    IF access IS NULL OR access NOT IN ('read', 'write', 'all') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('access must be ''read'', ''write'' or ''all'', got %s', coalesce(quote_literal(access), 'NULL'));
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _set_stream_access.stream_name
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of stream "%s"', stream_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF role_name IN (v_owner, (SELECT r.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+                               WHERE c.oid = to_regclass(format('pgmq.%I', v_parent)))) THEN
+        IF allow THEN
+            RETURN;  -- it has every privilege of a stream already
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
+            MESSAGE = format('role "%s" owns stream "%s": its access cannot be revoked', role_name, stream_name);
+    END IF;
+    FOR v_table IN SELECT v_parent
+                   UNION ALL
+                   SELECT pgmq._format_table_name(g.stream_name, 's') || '_' || ((g.segment) % 100000)::text FROM pgmq.stream_segments g
+                   WHERE g.stream_name = _set_stream_access.stream_name LOOP
+        IF access IN ('read', 'all') THEN
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT', v_role, allow);
+        END IF;
+        IF access IN ('write', 'all') THEN
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'INSERT', v_role, allow);
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT (ev_id)', v_role, allow);
+        END IF;
+        -- a table's REVOKE SELECT takes its column privileges too (a writer's SELECT (ev_id)):
+        -- the access the role keeps is granted again
+        IF NOT allow THEN
+            IF access NOT IN ('read', 'all') AND pgmq._stream_holds(v_table, v_role, 'SELECT') THEN
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT', v_role, true);
+            END IF;
+            IF access NOT IN ('write', 'all') AND pgmq._stream_holds(v_table, v_role, 'INSERT') THEN
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'INSERT', v_role, true);
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT (ev_id)', v_role, true);
+            END IF;
+        END IF;
+    END LOOP;
+    IF access IN ('read', 'all') THEN
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '_seq', 'SELECT', v_role, allow);
+    END IF;
+    IF access IN ('write', 'all') THEN
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '_seq', 'USAGE', v_role, allow);
+    END IF;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean) TO PUBLIC;
+
+CREATE FUNCTION pgmq.grant_stream_access(stream_name text, role_name name, access text DEFAULT 'all'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_stream_access(stream_name, role_name, access, true);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.grant_stream_access(stream_name text, role_name name, access text) IS 'Give a role (or ''public'') access to a stream (stream owner only): ''read'' (subscribe, read, acknowledge), ''write'' (send, bind to an exchange) or ''all''. It holds for the segments rotation makes later too.';
+
+CREATE FUNCTION pgmq.revoke_stream_access(stream_name text, role_name name, access text DEFAULT 'all'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_stream_access(stream_name, role_name, access, false);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.revoke_stream_access(stream_name text, role_name name, access text) IS 'Take from a role (or ''public'') access to a stream (stream owner only): ''read'' (subscribe, read, acknowledge), ''write'' (send, bind to an exchange) or ''all''. It holds for the segments rotation makes later too.';
 
 -- ---------------------------------------------------------------- feature: routing
 

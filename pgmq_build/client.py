@@ -658,6 +658,23 @@ class Client:
             _queue("stream", stream)
         return int(self._value("SELECT pgmq.stream_tick(stream_name => %s::text)", (stream,)))
 
+    def grant_stream_access(self, stream: str, role: str, access: str = "all") -> None:
+        """Let ``role`` (or "public") read ("read"), write ("write") or both ("all") the stream,
+        its future segments too (stream owner only)."""
+        self._stream_access("grant", stream, role, access)
+
+    def revoke_stream_access(self, stream: str, role: str, access: str = "all") -> None:
+        """Take ``access`` to the stream from ``role`` (stream owner only)."""
+        self._stream_access("revoke", stream, role, access)
+
+    def _stream_access(self, verb: str, stream: str, role: str, access: str) -> None:
+        _queue("stream", stream)
+        validate.text("role", role, empty=False)
+        validate.text("access", access, empty=False)
+        self._rows(sql.SQL("SELECT pgmq.{}(stream_name => %s::text, role_name => %s::name, "
+                           "access => %s::text)").format(sql.Identifier(f"{verb}_stream_access")),
+                   (stream, role, access))
+
     # -- consuming
 
     def _ensure_notify_insert(self, queue: str) -> None:

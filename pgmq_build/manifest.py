@@ -300,7 +300,7 @@ STREAMS = Feature(
     name="streams",
     uses=("core",),
     templates=("tables.sql.j2", "functions/admin.sql.j2", "functions/paths.sql.j2",
-               "functions/ticks.sql.j2", "functions/subscriptions.sql.j2"),
+               "functions/ticks.sql.j2", "functions/subscriptions.sql.j2", "functions/access.sql.j2"),
     config_tables=("streams", "stream_segments", "stream_ticks", "stream_subscriptions", "stream_batches",
                    "stream_tick_seq"),
 )
@@ -451,6 +451,12 @@ ROUTINES = policies(
            "settings and the clock; nothing the caller gives but the name"),
     "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "stream_read",
     "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info",
+    "_stream_acl", "_stream_holds", "_copy_stream_acl",
+    Policy("_set_stream_access",
+           definer_reason="grants and revokes privileges on a stream's tables and sequence (the extension "
+           "owner's) for the stream's owner, the caller proven by _prove_caller; only the fixed read and "
+           "write privileges"),
+    "grant_stream_access", "revoke_stream_access",
     # access
     Policy("_set_queue_access",
            definer_reason="grants and revokes privileges on tables that belong to the extension's owner, "

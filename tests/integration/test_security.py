@@ -189,6 +189,11 @@ CASES = [
     _q(f"SELECT pgmq.subscribe('st', 's', 'latest', {T})"),  # the retry queue: a new queue, or refused
     _q(f"SELECT pgmq.stream_nack({T}, 's', 1, ARRAY[1]::bigint[])"),
     _q(f"SELECT pgmq.stream_nack('st', {T}, 1, ARRAY[1]::bigint[])", QUEUE | {"42704"}),
+    _q(f"SELECT pgmq.grant_stream_access({T}, 'pg_monitor')"),
+    _q(f"SELECT pgmq.grant_stream_access('st', {N})", ROLE),
+    _q(f"SELECT pgmq.grant_stream_access('st', 'pg_monitor', {T})", frozenset({"22023"})),
+    _q(f"SELECT pgmq.revoke_stream_access({T}, 'pg_monitor', 'read')"),
+    _q(f"SELECT pgmq.revoke_stream_access('st', {N}, 'write')", ROLE | {"0LP01"}),
     # streams bound to exchanges: names and keys
     _q(f"SELECT pgmq.bind_stream({T}, 'ex', 'k')"),
     _q(f"SELECT pgmq.bind_stream('st', {T}, 'k')", EXCHANGE),

@@ -268,3 +268,18 @@ def test_consume_stream_raises_what_retrying_cannot_fix(client):
     stop = threading.Event()
     stop.set()
     assert client.consume_stream("ev", "ghost", record, stop=stop) == 0  # stopped: no read at all
+
+
+def test_stream_access_calls(client, conn, make_role):
+    reader = make_role("reader")
+    has = "SELECT has_table_privilege(%s, 'pgmq.s_ev', %s)"
+    client.grant_stream_access("ev", reader, "read")
+    assert scalar(conn, has, (reader, "SELECT")) and not scalar(conn, has, (reader, "INSERT"))
+    client.grant_stream_access("ev", reader)  # all
+    assert scalar(conn, has, (reader, "INSERT"))
+    client.revoke_stream_access("ev", reader, "write")
+    assert scalar(conn, has, (reader, "SELECT")) and not scalar(conn, has, (reader, "INSERT"))
+    with raises_sql("22023"):
+        client.grant_stream_access("ev", reader, "delete")
+    with raises_sql("42704"):
+        client.revoke_stream_access("ev", "no_such_role_here")
