@@ -38,6 +38,7 @@ pre-serialised JSON text cast to jsonb on the server, so client-side JSON encodi
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -89,11 +90,28 @@ def reset_queue(conn: psycopg.Connection, side: str) -> None:
         _create_raw_table(conn, RAW_TABLE)
 
 
-def reset_retry_queue(conn: psycopg.Connection, side: str) -> None:
-    """reset_queue, then (pgmq) a retry policy: every take is judged by the delivery rules."""
-    reset_queue(conn, side)
+def _reset_with(*setup: str) -> Callable[[psycopg.Connection, str], None]:
+    """reset_queue, then (pgmq) the statements `setup` (each takes the queue name as %s): a
+    feature turned on, to compare with the plain rows."""
+    def reset(conn: psycopg.Connection, side: str) -> None:
+        reset_queue(conn, side)
+        if side == PGMQ:
+            for stmt in setup:
+                conn.execute(stmt, (QUEUE,))
+    return reset
+
+
+# a retry policy: every take is judged by the delivery rules
+reset_retry_queue = _reset_with("SELECT pgmq.set_retry_policy(%s, 5)")
+
+
+def reset_typed_queue(conn: psycopg.Connection, side: str) -> None:
+    """A new queue whose payload type is text (pgmq); raw: the plain table."""
     if side == PGMQ:
-        conn.execute("SELECT pgmq.set_retry_policy(%s, 5)", (QUEUE,))
+        conn.execute("SELECT pgmq.drop_queue(%s)", (QUEUE,))
+        conn.execute("SELECT pgmq.create(%s, 'text')", (QUEUE,))
+    else:
+        _create_raw_table(conn, RAW_TABLE)
 
 
 def fill_queue(conn: psycopg.Connection, side: str, n: int) -> None:
@@ -147,6 +165,25 @@ def raw_send_batch(cur: psycopg.Cursor) -> int:
         (BATCH_LITERAL,),
     )
     return len(cur.fetchall())
+
+
+def pgmq_send_priority(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT pgmq.send(%s, %s::jsonb, %s::jsonb)", (QUEUE, MESSAGE, '{"x-pgmq-priority": 1}'))
+    cur.fetchall()
+    return 1
+
+
+def pgmq_send_dedup(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT pgmq.send(%s, %s::jsonb, %s::jsonb)",
+                (QUEUE, MESSAGE, json.dumps({"x-pgmq-dedup-id": uuid.uuid4().hex})))
+    cur.fetchall()
+    return 1
+
+
+def pgmq_send_typed(cur: psycopg.Cursor) -> int:
+    cur.execute("SELECT pgmq.send_payload(%s, %s::text)", (QUEUE, MESSAGE))
+    cur.fetchall()
+    return 1
 
 
 def pgmq_read_delete(cur: psycopg.Cursor) -> int:
@@ -446,6 +483,22 @@ WORKLOADS: list[Workload] = [
              1, pgmq_read_delete, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
     Workload("pop_retry", "pop on a queue with set_retry_policy(q, 5) | DELETE ... LIMIT 1 SKIP LOCKED",
              1, pgmq_pop, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
+    # other features on (issue 15: at most 15 % over the plain rows send and pop)
+    Workload("send_priority", "send with header x-pgmq-priority 1 | INSERT ... RETURNING msg_id",
+             1, pgmq_send_priority, raw_send, clients=(1,)),
+    Workload("send_ttl", "send on a queue with set_message_ttl(q, 3600) | INSERT ... RETURNING msg_id",
+             1, pgmq_send, raw_send, reset=_reset_with("SELECT pgmq.set_message_ttl(%s, 3600)"),
+             upstream=False, clients=(1,)),
+    Workload("send_dedup", "send with a new x-pgmq-dedup-id each | INSERT ... RETURNING msg_id",
+             1, pgmq_send_dedup, raw_send, clients=(1,)),
+    Workload("send_typed", "send_payload(q, text) on a text queue | INSERT ... RETURNING msg_id",
+             1, pgmq_send_typed, raw_send, reset=reset_typed_queue, upstream=False, clients=(1,)),
+    Workload("pop_priority", "pop on a queue with enable_priorities | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_pop, raw_consume_one, consumes=True,
+             reset=_reset_with("SELECT pgmq.enable_priorities(%s)"), upstream=False, clients=(1,)),
+    Workload("pop_ttl", "pop on a queue with set_message_ttl(q, 3600) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_pop, raw_consume_one, consumes=True,
+             reset=_reset_with("SELECT pgmq.set_message_ttl(%s, 3600)"), upstream=False, clients=(1,)),
     *(Workload(name, f"pgmq.{fn}(q, 30, {FIFO_BATCH}) + pgmq.delete(q, ids[]), {FIFO_GROUPS} groups, "
                f"create_fifo_index | DELETE ... LIMIT {FIFO_BATCH} SKIP LOCKED, no groups",
                FIFO_BATCH, _pgmq_read_fn_delete(fn), raw_consume_fifo_batch, consumes=True,

@@ -184,7 +184,10 @@ def _pgmq_calls(workload) -> set[str]:
     texts = []
     for fn in (workload.pgmq_op, workload.reset, workload.fill):
         texts.append(inspect.getsource(fn))
-        texts += [c.cell_contents for c in fn.__closure__ or () if isinstance(c.cell_contents, str)]
+        for cell in fn.__closure__ or ():
+            value = cell.cell_contents
+            values = value if isinstance(value, tuple) else (value,)
+            texts += [v for v in values if isinstance(v, str)]
     return set(re.findall(r"\bpgmq\.(\w+)\(", "\n".join(texts)))
 
 
