@@ -4691,7 +4691,7 @@ BEGIN
             MESSAGE = format('stream "%s" conflicts with an existing table pgmq.%s', stream_name, v_parent);
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
-    EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '_seq');
+    EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '$seq');
     EXECUTE format(
         $q$CREATE TABLE pgmq.%I (
             ev_id   BIGINT NOT NULL DEFAULT nextval(%L::regclass),
@@ -4699,22 +4699,22 @@ BEGIN
             ev_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT clock_timestamp(),
             message JSONB,
             headers JSONB
-        )$q$, v_parent, 'pgmq.' || quote_ident(v_parent || '_seq'));
+        )$q$, v_parent, 'pgmq.' || quote_ident(v_parent || '$seq'));
     INSERT INTO pgmq.streams (stream_name, owner, retention, rotation_period, retention_bytes, drop_unacked)
     VALUES (stream_name, v_caller, retention, rotation_period, retention_bytes, drop_unacked);
     EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
-    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text);
-    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text,
+                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
+    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text);
+    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text,
                    (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
-    PERFORM pgmq._copy_stream_acl(_create_stream_for.stream_name, pgmq._format_table_name(_create_stream_for.stream_name, 's') || '_' || ((0) % 100000)::text);
+    PERFORM pgmq._copy_stream_acl(_create_stream_for.stream_name, pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text);
     INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
     -- tick 0: the stream's creation, where 'earliest' starts
     INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
     VALUES (stream_name, 0, clock_timestamp(), pg_current_snapshot(), 0);
     IF v_caller <> current_user THEN
         EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', v_parent, v_caller);
-        EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '_seq', v_caller);
+        EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '$seq', v_caller);
     END IF;
 END;
 $fn$;
@@ -4774,7 +4774,7 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
-    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '_seq');
+    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '$seq');
     DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
     RETURN true;
 END;
@@ -4808,7 +4808,7 @@ AS $fn$
 SELECT s.stream_name, s.owner, s.retention, s.rotation_period, s.retention_bytes, s.drop_unacked,
        (SELECT count(*) FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
        (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(to_regclass(
-                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '_' || ((g.segment) % 100000)::text)))), 0)::bigint
+                   format('pgmq.%I', pgmq._format_table_name(s.stream_name, 's') || '$' || ((g.segment) % 100000)::text)))), 0)::bigint
         FROM pgmq.stream_segments g WHERE g.stream_name = s.stream_name),
        s.created_at
 FROM pgmq.streams s
@@ -4837,7 +4837,7 @@ BEGIN
                SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
                RETURNING ev_id)
            SELECT ev_id FROM ins ORDER BY ev_id$q$,
-        pgmq._format_table_name(stream_name, 's') || '_' || ((v_seg) % 100000)::text)
+        pgmq._format_table_name(stream_name, 's') || '$' || ((v_seg) % 100000)::text)
     USING msgs, headers;
 END;
 $fn$;
@@ -4928,7 +4928,7 @@ BEGIN
         PERFORM FROM pgmq.streams s FOR SHARE;
     END IF;
     SELECT coalesce(array_agg(n.stream_name ORDER BY n.stream_name COLLATE "C"), '{}'),
-           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '_' || ((n.current_segment) % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
+           coalesce(array_agg(pgmq._format_table_name(n.stream_name, 's') || '$' || ((n.current_segment) % 100000)::text ORDER BY n.stream_name COLLATE "C"), '{}')
     INTO v_names, v_segments
     FROM (SELECT s.stream_name::text, s.current_segment FROM pgmq.streams s
           ORDER BY s.stream_name COLLATE "C" LIMIT 100) n;
@@ -5103,7 +5103,7 @@ BEGIN
         -- its own statement, after the lock: the snapshot is taken now
         INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
         VALUES (stream_name, nextval('pgmq.stream_tick_seq'), clock_timestamp(), pg_current_snapshot(),
-                coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0))
+                coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$seq')::regclass), 0))
         RETURNING tick_id INTO v_id;
     EXCEPTION WHEN OTHERS THEN
         PERFORM pg_advisory_unlock(v_key);
@@ -5132,7 +5132,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '_seq')::regclass), 0) > v_t.last_ev_id THEN
+    IF coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$seq')::regclass), 0) > v_t.last_ev_id THEN
         RETURN true;
     END IF;
     -- (few rows: without new ids, only such late commits are past the tick)
@@ -5177,11 +5177,11 @@ BEGIN
         UPDATE pgmq.stream_segments g SET closed_at = clock_timestamp(), closed_snapshot = pg_current_snapshot()
         WHERE g.stream_name = v_s.stream_name AND g.segment = v_s.current_segment;
         EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
-                       pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
-        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text);
-        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text,
+                       pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((v_s.current_segment + 1) % 100000)::text, pgmq._format_table_name(v_s.stream_name, 's'));
+        EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((v_s.current_segment + 1) % 100000)::text);
+        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((v_s.current_segment + 1) % 100000)::text,
                        (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = v_s.stream_name));
-        PERFORM pgmq._copy_stream_acl(v_s.stream_name, pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_s.current_segment + 1) % 100000)::text);
+        PERFORM pgmq._copy_stream_acl(v_s.stream_name, pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((v_s.current_segment + 1) % 100000)::text);
         INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (v_s.stream_name, v_s.current_segment + 1);
         UPDATE pgmq.streams s SET current_segment = v_s.current_segment + 1
         WHERE s.stream_name = v_s.stream_name;
@@ -5189,8 +5189,8 @@ BEGIN
 
     FOR v_g IN SELECT g.segment, g.closed_at, g.closed_snapshot FROM pgmq.stream_segments g
                WHERE g.stream_name = v_s.stream_name AND g.closed_at IS NOT NULL ORDER BY g.segment LOOP
-        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((v_g.segment) % 100000)::text;
-        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '_' || ((g.segment) % 100000)::text))))
+        v_table := pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((v_g.segment) % 100000)::text;
+        SELECT sum(pg_total_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_s.stream_name, 's') || '$' || ((g.segment) % 100000)::text))))
         INTO v_bytes FROM pgmq.stream_segments g WHERE g.stream_name = v_s.stream_name;
         -- due: past retention (and a second, so that no producer that chose it is still
         -- inserting), or the stream is over its size
@@ -5668,7 +5668,7 @@ SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
        u.lost, u.retry_queue
 FROM pgmq.stream_subscriptions u
 JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
-CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '_seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
+CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '$seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
 WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
 ORDER BY u.stream_name, u.subscription_name
 $fn$;
@@ -5848,7 +5848,7 @@ BEGIN
     END IF;
     FOR v_table IN SELECT v_parent
                    UNION ALL
-                   SELECT pgmq._format_table_name(g.stream_name, 's') || '_' || ((g.segment) % 100000)::text FROM pgmq.stream_segments g
+                   SELECT pgmq._format_table_name(g.stream_name, 's') || '$' || ((g.segment) % 100000)::text FROM pgmq.stream_segments g
                    WHERE g.stream_name = _set_stream_access.stream_name LOOP
         IF access IN ('read', 'all') THEN
             PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT', v_role, allow);
@@ -5870,10 +5870,10 @@ BEGIN
         END IF;
     END LOOP;
     IF access IN ('read', 'all') THEN
-        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '_seq', 'SELECT', v_role, allow);
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '$seq', 'SELECT', v_role, allow);
     END IF;
     IF access IN ('write', 'all') THEN
-        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '_seq', 'USAGE', v_role, allow);
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '$seq', 'USAGE', v_role, allow);
     END IF;
 END;
 $fn$;

@@ -25,7 +25,7 @@ from .publishing import Encoded
 from .snapshot import copy_out_batches
 
 # templates/_macros/stream.sql.j2's SEGMENT_NAMES: segment n of stream s is table
-# s_<s>_<n % SEGMENT_NAMES> (tests/unit/test_spark_layout.py checks that both agree).
+# s_<s>$<n % SEGMENT_NAMES> (tests/unit/test_spark_layout.py checks that both agree).
 SEGMENT_NAMES = 100_000
 
 EVENT_COLUMNS = ("ev_id", "ev_time", "message", "headers")
@@ -170,7 +170,7 @@ def current_segment(cur: psycopg.Cursor, ref: StreamRef) -> sql.Composable:
     row = cur.fetchone()
     if row is None:
         raise PgmqSparkError(f"stream {ref.stream!r} does not exist")
-    return sql.Identifier("pgmq", f"{ref.table}_{int(row[0]) % SEGMENT_NAMES}")
+    return sql.Identifier("pgmq", f"{ref.table}${int(row[0]) % SEGMENT_NAMES}")
 
 
 STREAM_COPY_COLUMNS = "(message, headers)"

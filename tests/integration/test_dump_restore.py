@@ -69,7 +69,7 @@ def test_dump_and_restore_keep_streams_and_positions(conn, dsn, tmp_path):
     with restored_copy(conn, dsn, tmp_path) as r:
         assert scalar(r, "SELECT count(*) FROM pgmq.stream_batches") == 1
         # the static paths followed the restored catalog (features/streams, paths.sql.j2)
-        assert "INSERT INTO pgmq.s_ev_0 " in scalar(r, "SELECT prosrc FROM pg_proc WHERE oid = 'pgmq.stream_send'::regproc")
+        assert 'INSERT INTO pgmq."s_ev$0" ' in scalar(r, "SELECT prosrc FROM pg_proc WHERE oid = 'pgmq.stream_send'::regproc")
         r.execute("SELECT pgmq.stream_ack('ev', 'a', %s)", (batch,))
         r.execute("SELECT pgmq.stream_send('ev', '{\"n\": 2}')")
         assert column(r, "SELECT message->>'n' FROM pgmq.stream_read('ev', 'a')") == ["2"]

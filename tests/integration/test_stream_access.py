@@ -76,7 +76,7 @@ def test_revoking_takes_the_right_from_every_segment(conn, owned):
     with raises_sql("42501"):
         as_role(conn, writer, "SELECT pgmq.stream_send('ev', '{\"n\": 2}')")
     for segment in column(conn, "SELECT segment FROM pgmq.stream_segments WHERE stream_name = 'ev'"):
-        assert not scalar(conn, "SELECT has_table_privilege(%s, format('pgmq.s_ev_%%s', %s::int), 'INSERT')",
+        assert not scalar(conn, "SELECT has_table_privilege(%s, format('pgmq.s_ev$%%s', %s::int), 'INSERT')",
                           (writer, segment))
     conn.execute(f"SET ROLE {writer}")
     try:
@@ -88,7 +88,7 @@ def test_revoking_takes_the_right_from_every_segment(conn, owned):
         as_role(conn, writer, "SELECT * FROM pgmq.stream_read('ev', 'w')")
     rotate(conn)  # a new segment copies the parent: nothing for the writer
     assert not scalar(conn, "SELECT has_table_privilege(%s, 'pgmq.s_ev', 'SELECT') "
-                            "OR has_table_privilege(%s, format('pgmq.s_ev_%%s', "
+                            "OR has_table_privilege(%s, format('pgmq.s_ev$%%s', "
                             "(SELECT current_segment FROM pgmq.streams)), 'INSERT')", (writer, writer))
 
 
@@ -103,7 +103,7 @@ def test_revoking_read_keeps_write(conn, owned):
     with raises_sql("42501"):
         as_role(conn, writer, "SELECT pgmq.subscribe('ev', 'w')")
     with raises_sql("42501"):
-        as_role(conn, writer, "SELECT message FROM pgmq.s_ev_0")
+        as_role(conn, writer, "SELECT message FROM pgmq.s_ev$0")
 
 
 def test_public_access(conn, owned):
@@ -176,26 +176,46 @@ def test_a_grant_and_a_rotation_at_once_leave_every_segment_granted(conn, owned,
     rotate(conn)
     as_role(conn, writer, "SELECT pgmq.stream_send('ev', '{\"n\": 1}')")
     for segment in column(conn, "SELECT segment FROM pgmq.stream_segments WHERE stream_name = 'ev'"):
-        assert scalar(conn, "SELECT has_table_privilege(%s, format('pgmq.s_ev_%%s', %s::int), 'INSERT')",
+        assert scalar(conn, "SELECT has_table_privilege(%s, format('pgmq.s_ev$%%s', %s::int), 'INSERT')",
                       (writer, segment))
 
 
 def test_segment_names_wrap_around(conn):
-    """Segment n is table s_<name>_<n % 100000>: the segment after 99999 is s_ev_0 again, and the
+    """Segment n is table s_<name>$<n % 100000>: the segment after 99999 is s_ev$0 again, and the
     stream goes on (sends, reads, retention)."""
     conn.execute("SELECT pgmq.create_stream('ev', retention => '0', rotation_period => '1 second')")
     conn.execute("SELECT pgmq.subscribe('ev', 'a', 'earliest')")
-    # as if it had rotated 99,999 times: segment 99999 in table s_ev_99999
-    conn.execute("ALTER TABLE pgmq.s_ev_0 RENAME TO s_ev_99999")
+    # as if it had rotated 99,999 times: segment 99999 in table s_ev$99999
+    conn.execute("ALTER TABLE pgmq.s_ev$0 RENAME TO s_ev$99999")
     conn.execute("UPDATE pgmq.stream_segments SET segment = 99999 WHERE stream_name = 'ev'")
     conn.execute("UPDATE pgmq.streams SET current_segment = 99999 WHERE stream_name = 'ev'")
     send(conn, 1)
-    assert scalar(conn, "SELECT count(*) FROM pgmq.s_ev_99999") == 1
+    assert scalar(conn, "SELECT count(*) FROM pgmq.s_ev$99999") == 1
     assert rotate(conn) == 100000
     send(conn, 2)
-    assert scalar(conn, "SELECT count(*) FROM pgmq.s_ev_0") == 1
+    assert scalar(conn, "SELECT count(*) FROM pgmq.s_ev$0") == 1
     assert drain(conn, "a") == [1, 2]
     time.sleep(1.1)
     conn.execute("SELECT pgmq.stream_tick('ev')")  # read and past retention: the old one goes
-    assert scalar(conn, "SELECT to_regclass('pgmq.s_ev_99999')") is None
+    assert scalar(conn, "SELECT to_regclass('pgmq.s_ev$99999')") is None
     assert column(conn, "SELECT segment FROM pgmq.stream_segments ORDER BY 1")[0] >= 100000
+
+
+def test_no_other_streams_name_is_one_of_its_segments(conn):
+    """Stream ev's segments and sequence are named with '$', which no stream name holds: streams
+    named like them (ev_1, ev_seq) do not stop ev from rotating (with '_', creating ev_1 made
+    ev's next rotation fail for good: 'relation "s_ev_1" already exists')."""
+    conn.execute("SELECT pgmq.create_stream('ev', retention => '1 hour', rotation_period => '1 second')")
+    conn.execute("SELECT pgmq.create_stream('ev_1'), pgmq.create_stream('ev_2'), pgmq.create_stream('ev_seq')")
+    conn.execute("SELECT pgmq.subscribe('ev', 'a', 'earliest'), pgmq.subscribe('ev_1', 'a', 'earliest')")
+    send(conn, 1)
+    assert rotate(conn) == 1 and rotate(conn) == 2
+    send(conn, 2)
+    send(conn, 3, stream="ev_1")
+    conn.execute("SELECT pgmq.stream_tick()")  # every stream
+    assert drain(conn, "a") == [1, 2]
+    assert drain(conn, "a", stream="ev_1") == [3]
+    assert column(conn, "SELECT relname FROM pg_class WHERE relname LIKE 's\\_ev%%' AND relkind IN ('r', 'S') "
+                        "ORDER BY 1") == ["s_ev", "s_ev$0", "s_ev$1", "s_ev$2", "s_ev$seq", "s_ev_1", "s_ev_1$0",
+                                          "s_ev_1$seq", "s_ev_2", "s_ev_2$0", "s_ev_2$seq", "s_ev_seq", "s_ev_seq$0",
+                                          "s_ev_seq$seq"]

@@ -35,7 +35,7 @@ def both(conn: psycopg.Connection) -> dict[str, str]:
     assert routed(conn, "stream_send_batch") == single
     src = scalar(conn, "SELECT prosrc FROM pg_proc WHERE oid = 'pgmq._stream_events'::regproc")
     readers = {n.replace("''", "'"): t.strip('"').replace('""', '"') for n, t in READER.findall(src)}
-    assert readers == {n: t.rsplit("_", 1)[0] for n, t in single.items()}
+    assert readers == {n: t.rsplit("$", 1)[0] for n, t in single.items()}
     return single
 
 
@@ -54,17 +54,17 @@ def test_paths_follow_create_rotation_and_drop(conn):
     assert both(conn) == {}
     conn.execute("SELECT pgmq.create_stream('ev', rotation_period => '1 second')")
     conn.execute("SELECT pgmq.create_stream('Other')")
-    assert both(conn) == {"Other": "s_other_0", "ev": "s_ev_0"}
+    assert both(conn) == {"Other": "s_other$0", "ev": "s_ev$0"}
     roundtrip(conn, "ev")
     roundtrip(conn, "Other")
     time.sleep(1.1)
     conn.execute("SELECT pgmq.stream_tick('ev')")  # rotates: producers go to segment 1
-    assert both(conn) == {"Other": "s_other_0", "ev": "s_ev_1"}
+    assert both(conn) == {"Other": "s_other$0", "ev": "s_ev$1"}
     ev = scalar(conn, "SELECT pgmq.stream_send('ev', '{}')")
-    assert scalar(conn, "SELECT tableoid::regclass::text FROM pgmq.s_ev WHERE ev_id = %s", (ev,)) == "pgmq.s_ev_1"
+    assert scalar(conn, "SELECT tableoid::regclass::text FROM pgmq.s_ev WHERE ev_id = %s", (ev,)) == 'pgmq."s_ev$1"'
     roundtrip(conn, "ev")
     conn.execute("SELECT pgmq.drop_stream('ev')")
-    assert both(conn) == {"Other": "s_other_0"}
+    assert both(conn) == {"Other": "s_other$0"}
     # an existing stream created again changes nothing (no rebuild)
     xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE oid = 'pgmq.stream_send'::regproc")
     conn.execute("SELECT pgmq.create_stream('Other')")
@@ -76,16 +76,16 @@ def test_a_rolled_back_create_or_rotation_leaves_the_paths_as_they_were(conn):
     with pytest.raises(psycopg.errors.RaiseException):
         with conn.transaction():
             conn.execute("SELECT pgmq.create_stream('gone')")
-            assert both(conn) == {"gone": "s_gone_0", "kept": "s_kept_0"}
+            assert both(conn) == {"gone": "s_gone$0", "kept": "s_kept$0"}
             conn.execute("DO $$BEGIN RAISE EXCEPTION 'undo'; END$$")
-    assert both(conn) == {"kept": "s_kept_0"}
+    assert both(conn) == {"kept": "s_kept$0"}
     time.sleep(1.1)
     with pytest.raises(psycopg.errors.RaiseException):
         with conn.transaction():
             conn.execute("SELECT pgmq.stream_tick('kept')")
-            assert both(conn) == {"kept": "s_kept_1"}
+            assert both(conn) == {"kept": "s_kept$1"}
             conn.execute("DO $$BEGIN RAISE EXCEPTION 'undo'; END$$")
-    assert both(conn) == {"kept": "s_kept_0"}
+    assert both(conn) == {"kept": "s_kept$0"}
     assert scalar(conn, "SELECT current_segment FROM pgmq.streams") == 0
     roundtrip(conn, "kept")
 
@@ -93,7 +93,7 @@ def test_a_rolled_back_create_or_rotation_leaves_the_paths_as_they_were(conn):
 def test_names_are_quoted_and_other_names_fall_back(conn):
     odd = 'we"ird Näme%s'
     conn.execute("SELECT pgmq.create_stream(%s)", (odd,))
-    assert both(conn) == {odd: scalar(conn, "SELECT pgmq._format_table_name(%s, 's') || '_0'", (odd,))}
+    assert both(conn) == {odd: scalar(conn, "SELECT pgmq._format_table_name(%s, 's') || '$0'", (odd,))}
     roundtrip(conn, odd)
     # another spelling is another (unknown) stream: the fallback's error, nothing written
     with raises_sql("42P01"):
@@ -123,9 +123,9 @@ def test_a_path_that_misses_a_stream_heals_itself(conn):
     conn.execute("ALTER TABLE pgmq.streams DISABLE TRIGGER streams_added")
     conn.execute("SELECT pgmq.create_stream('late')")
     conn.execute("ALTER TABLE pgmq.streams ENABLE TRIGGER streams_added")
-    assert both(conn) == {"early": "s_early_0"}
+    assert both(conn) == {"early": "s_early$0"}
     assert scalar(conn, "SELECT pgmq.stream_send('late', '{}')") == 1
-    assert both(conn) == {"early": "s_early_0", "late": "s_late_0"}
+    assert both(conn) == {"early": "s_early$0", "late": "s_late$0"}
     roundtrip(conn, "late")
 
 
@@ -138,19 +138,19 @@ def test_a_stale_snapshot_cannot_write_stale_paths(connect, conn):
     old.execute("SELECT count(*) FROM pgmq.streams")  # the snapshot
     time.sleep(1.1)
     conn.execute("SELECT pgmq.stream_tick('ev')")
-    assert both(conn) == {"ev": "s_ev_1"}
+    assert both(conn) == {"ev": "s_ev$1"}
     with raises_sql("40001"):
         old.execute("SELECT pgmq.create_stream('new')")
     old.rollback()
-    assert both(conn) == {"ev": "s_ev_1"}
+    assert both(conn) == {"ev": "s_ev$1"}
     # and a tick in REPEATABLE READ does not rotate
     time.sleep(1.1)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         conn.execute("SELECT pgmq.stream_tick('ev')")
-    assert both(conn) == {"ev": "s_ev_1"}
+    assert both(conn) == {"ev": "s_ev$1"}
     conn.execute("SELECT pgmq.stream_tick('ev')")
-    assert both(conn) == {"ev": "s_ev_2"}
+    assert both(conn) == {"ev": "s_ev$2"}
 
 
 def test_a_rotation_never_waits_for_the_paths(connect, conn):
@@ -166,7 +166,7 @@ def test_a_rotation_never_waits_for_the_paths(connect, conn):
     assert scalar(conn, "SELECT pgmq.stream_send('ev', '{}')") == 1
     busy.commit()
     conn.execute("SELECT pgmq.stream_tick('ev')")
-    assert both(conn) == {"ev": "s_ev_1", "other": "s_other_0"}
+    assert both(conn) == {"ev": "s_ev$1", "other": "s_other$0"}
 
 
 def test_concurrent_creates_drops_and_rotations_leave_exact_paths(connect, conn):
@@ -190,7 +190,7 @@ def test_concurrent_creates_drops_and_rotations_leave_exact_paths(connect, conn)
     assert [str(e) for e in errors] == []
     conn.execute("SELECT pgmq.stream_tick()")  # rotations some ticks skipped
     expected = dict(conn.execute(
-        "SELECT stream_name, format('s_%s_%s', stream_name, current_segment) FROM pgmq.streams").fetchall())
+        "SELECT stream_name, format('s_%s$%s', stream_name, current_segment) FROM pgmq.streams").fetchall())
     assert both(conn) == expected and len(expected) == 12
     for name in expected:
         roundtrip(conn, name)

@@ -195,7 +195,7 @@ def test_rotation_and_retention_keep_what_a_subscription_needs(conn):
     time.sleep(1.1)
     conn.execute("SELECT pgmq.stream_tick('ev')")
     assert scalar(conn, "SELECT min(segment) FROM pgmq.stream_segments WHERE stream_name = 'ev'") >= 1
-    assert scalar(conn, "SELECT to_regclass('pgmq.s_ev_0')") is None  # dropped whole
+    assert scalar(conn, "SELECT to_regclass('pgmq.s_ev$0')") is None  # dropped whole
     assert scalar(conn, "SELECT sum(lost) FROM pgmq.stream_info('ev')") == 0
 
 
@@ -289,9 +289,9 @@ def test_a_stream_is_its_owners(conn, make_role, stream):
         send(conn, 1, "mine")
         assert drain(conn, "a", "mine") == [1]
         with raises_sql("42501"):
-            conn.execute("CREATE TRIGGER t BEFORE INSERT ON pgmq.s_mine_0 FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners()")
+            conn.execute("CREATE TRIGGER t BEFORE INSERT ON pgmq.s_mine$0 FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners()")
         with raises_sql("42501"):
-            conn.execute("DELETE FROM pgmq.s_mine_0")
+            conn.execute("DELETE FROM pgmq.s_mine$0")
     finally:
         conn.execute("RESET ROLE")
     conn.execute(f"SET ROLE {stranger}")
@@ -304,4 +304,4 @@ def test_a_stream_is_its_owners(conn, make_role, stream):
             conn.execute("SELECT pgmq.drop_stream('mine')")
     finally:
         conn.execute("RESET ROLE")
-    assert scalar(conn, "SELECT pg_get_userbyid(relowner) = current_user FROM pg_class WHERE oid = 'pgmq.s_mine_0'::regclass")
+    assert scalar(conn, "SELECT pg_get_userbyid(relowner) = current_user FROM pg_class WHERE oid = 'pgmq.s_mine$0'::regclass")

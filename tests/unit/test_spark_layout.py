@@ -62,4 +62,4 @@ def test_stream_segment_names_match_the_templates():
     macro = (SPARK.parents[1] / "templates" / "_macros" / "stream.sql.j2").read_text()
     (value,) = re.findall(r"\{% set SEGMENT_NAMES = (\d+) %\}", macro)
     assert int(value) == SEGMENT_NAMES
-    assert "_format_table_name({{ name }}, 's') || '_' || ({{ seg }} % {{ SEGMENT_NAMES }})::text" in macro
+    assert "_format_table_name({{ name }}, 's') || '$' || (({{ seg }}) % {{ SEGMENT_NAMES }})::text" in macro
