@@ -366,8 +366,8 @@ EVENT_STATS_SQL = f"""
 SELECT count(*) FILTER (WHERE c.relname <> 's_{STREAM}'), coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
        coalesce(sum(pg_stat_get_dead_tuples(c.oid)), 0)::bigint
 FROM pg_class c
-WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relkind = 'r'
-  AND (c.relname = 's_{STREAM}' OR c.relname ~ '^s_{STREAM}_[0-9]+$')"""
+WHERE c.oid = 'pgmq.s_{STREAM}'::regclass
+   OR c.oid IN (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = 'pgmq.s_{STREAM}'::regclass)"""
 CATALOG = ("stream_subscriptions", "stream_batches", "stream_ticks")
 CATALOG_STATS_SQL = ("SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'pgmq' "
                      f"AND relname IN ({', '.join(repr(t) for t in CATALOG)})")

@@ -153,7 +153,7 @@ def test_nobody_can_squat_a_retry_queue_or_nack_without_the_right_to_send(conn, 
     assert scalar(conn, "SELECT retry_queue FROM pgmq.stream_subscriptions WHERE stream_name = 'hers'") == "alice_retry2"
     # a reader of the stream (granted SELECT by hand: there is no grant call for streams yet)
     # without access to the queue
-    conn.execute(f"GRANT SELECT ON pgmq.s_hers, pgmq.s_hers_seq TO {mallory}")
+    conn.execute(f"GRANT SELECT ON pgmq.s_hers, pgmq.s_hers$seq TO {mallory}")
     conn.execute(f"SET ROLE {mallory}")
     try:
         with conn.transaction():
