@@ -205,6 +205,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgmq.stream_bindings', '');
 -- replace: pgmq._retry_delay(integer, integer, double precision, integer)
 -- replace: pgmq._dead_letter(text, bigint[], text, text)
 -- replace: pgmq.redrive(text, text, integer)
+-- replace: pgmq._send_dedup(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._create_partitioned(text, text, text, integer)
@@ -3015,6 +3016,44 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_dedup(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key    text := headers->>'x-pgmq-dedup-id';
+    v_window integer;
+    v_id     bigint;
+    v_claimed boolean;
+BEGIN
+    -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
+    SELECT s.dedup_window INTO v_window
+    FROM pgmq.meta m LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = _send_dedup.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
+    END IF;
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = NULL, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING true INTO v_claimed;
+    IF v_claimed IS NULL THEN
+        SELECT k.msg_id INTO v_id FROM pgmq.dedup_keys k
+        WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+        RETURN v_id;
+    END IF;
+    -- the queue's static path (the INSERT planned once per session), as send's
+    v_id := pgmq._static_send(delay, msg, headers, queue_name);
+    UPDATE pgmq.dedup_keys k SET msg_id = v_id
+    WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
+    RETURN v_id;
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
 RETURNS bigint

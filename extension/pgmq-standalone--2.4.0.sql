@@ -3964,12 +3964,12 @@ DECLARE
     v_claimed boolean;
 BEGIN
     -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
-    PERFORM FROM pgmq.meta m WHERE m.queue_name = _send_dedup.queue_name;
+    SELECT s.dedup_window INTO v_window
+    FROM pgmq.meta m LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = _send_dedup.queue_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
     END IF;
-    SELECT s.dedup_window INTO v_window FROM pgmq.queue_settings s
-    WHERE s.queue_name = _send_dedup.queue_name;
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
     VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
     ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
@@ -3981,13 +3981,8 @@ BEGIN
         WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
         RETURN v_id;
     END IF;
-    EXECUTE format(
-        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
-RETURNING msg_id$q$,
-        pgmq._format_table_name(queue_name, 'q'))
-    INTO v_id
-    USING delay, msg, headers;
+    -- the queue's static path (the INSERT planned once per session), as send's
+    v_id := pgmq._static_send(delay, msg, headers, queue_name);
     UPDATE pgmq.dedup_keys k SET msg_id = v_id
     WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
     RETURN v_id;
