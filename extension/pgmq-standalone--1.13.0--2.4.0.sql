@@ -899,7 +899,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
@@ -945,7 +944,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
@@ -1007,7 +1005,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
@@ -7830,7 +7827,8 @@ DECLARE
 BEGIN
     IF access IS NULL OR access NOT IN ('read', 'write', 'all') THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('access must be ''read'', ''write'' or ''all'', got %s', coalesce(quote_literal(access), 'NULL'));
+            MESSAGE = CASE WHEN access IS NULL THEN 'access cannot be NULL: give ''read'', ''write'' or ''all'''
+                           ELSE format('access must be ''read'', ''write'' or ''all'', got "%s"', access) END;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
     SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _set_stream_access.stream_name
@@ -9313,7 +9311,7 @@ BEGIN
     WHERE m.queue_name = _payload_type_of.queue_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', queue_name);
+            MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
     END IF;
     RETURN v_type;
 END;
@@ -9328,13 +9326,6 @@ RETURNS record
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
-SET DateStyle = 'ISO, YMD'
-SET IntervalStyle = 'postgres'
-SET extra_float_digits = 1
-SET bytea_output = 'hex'
-SET xmloption = 'content'
-SET array_nulls = on
-SET lc_monetary = 'C'
 AS $fn$
 DECLARE
     v_type text := format_type(pg_typeof(payload), NULL);
@@ -9353,10 +9344,11 @@ BEGIN
         RETURN;
     ELSIF v_type = 'bytea' THEN
         message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-    ELSIF v_type = 'xml' THEN
-        message := to_jsonb(payload::text);  -- the text as stored (xml output would drop the declaration)
+    ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+        -- their text as stored (xml output would drop the declaration): no setting changes it
+        message := to_jsonb(payload::text);
     ELSE
-        message := to_jsonb(format('%s', payload));  -- %s: the type's output function
+        message := pgmq._encode_payload_io(payload);
     END IF;
     headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
 END;
@@ -9409,10 +9401,51 @@ BEGIN
 END;
 $fn$;
 
+-- _encode_payload_io: a payload of a type whose text form depends on settings (dates, intervals,
+-- floats, money...), written by its output function under the pinned settings.
+CREATE FUNCTION pgmq._encode_payload_io(payload anyelement)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+BEGIN
+    RETURN to_jsonb(format('%s', payload));  -- %s: the type's output function
+END;
+$fn$;
+
 -- _payload_ok: whether a stored payload text reads back as the type (format_type spelling).
 -- Part of a typed queue's CHECK constraint, so a message written around the typed functions
 -- (upstream's send with a forged marker) cannot make read_payload fail for everyone after it.
+-- The checks that depend on no setting are answered here, without pinned settings (a SET
+-- clause is paid on every insert); the rest by _payload_ok_io.
 CREATE FUNCTION pgmq._payload_ok(payload text, type_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF payload IS NULL THEN
+        RETURN false;
+    ELSIF type_name IN ('text', 'character varying') THEN
+        RETURN true;
+    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
+        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND length(payload) % 4 = 0;
+    END IF;
+    RETURN pgmq._payload_ok_io(payload, type_name);
+END;
+$fn$;
+
+-- _payload_ok_io: _payload_ok for the types whose reading depends on settings (pinned here).
+CREATE FUNCTION pgmq._payload_ok_io(payload text, type_name text)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -9429,14 +9462,8 @@ DECLARE
     v_schema name;
     v_name   name;
 BEGIN
-    IF payload IS NULL THEN
-        RETURN false;
-    ELSIF type_name IN ('text', 'character varying') THEN
-        RETURN true;
-    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
-        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND length(payload) % 4 = 0;
-    ELSIF type_name = 'xml' THEN
-        RETURN xml_is_well_formed(payload);
+    IF type_name = 'xml' THEN
+        RETURN xml_is_well_formed(payload);  -- by xmloption
     END IF;
     SELECT n.nspname, t.typname INTO v_schema, v_name
     FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
@@ -9682,20 +9709,46 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held    text := pgmq._payload_type_of(queue_name);
+    v_held    text;
     v_given   text := format_type(pg_typeof(payload), NULL);
     v_message jsonb;
     v_headers jsonb;
+    v_vt      timestamp with time zone;
     v_id      bigint;
 BEGIN
+    SELECT coalesce(s.payload_type, 'jsonb') INTO v_held
+    FROM pgmq.meta m
+    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = send_payload.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+    END IF;
     IF v_held <> v_given THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
     SELECT e.message, e.headers INTO v_message, v_headers
     FROM pgmq._encode_payload(payload, send_payload.headers) e;
-    SELECT s.id INTO v_id
-    FROM pgmq.send(queue_name, v_message, v_headers, pgmq._delay_to_vt(delay)) AS s(id);
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(v_headers);
+        IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF v_headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(queue_name, v_message, v_headers, v_vt);
+    ELSE
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, queue_name);
+    END IF;
+
     RETURN v_id;
 END;
 $fn$;

@@ -243,6 +243,10 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- drop-create: pgmq.test_exchange_routing(text, text, jsonb) (result changed from TABLE(queue_name text) to TABLE(queue_name text, stream_name text))
 -- replace: pgmq.send_topic(text, jsonb, jsonb, integer)
 -- replace: pgmq.send_batch_topic(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq._payload_type_of(text)
+-- replace: pgmq._encode_payload(anyelement, jsonb)
+-- replace: pgmq._payload_ok(text, text)
+-- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
 -- replace: pgmq._dispatch_one(text)
 -- new: pgmq._check_headers(jsonb)
 -- new: pgmq._note_priorities(text)
@@ -289,6 +293,8 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- new: pgmq.unbind_stream(text, text, text)
 -- new: pgmq.publish_routed(text, text, jsonb, jsonb, timestamp with time zone)
 -- new: pgmq.publish_routed(text, text, jsonb, jsonb, integer)
+-- new: pgmq._encode_payload_io(anyelement)
+-- new: pgmq._payload_ok_io(text, text)
 -- new: pgmq.pause(text)
 -- new: pgmq.resume(text)
 -- new: pgmq._sample_messages(regclass)
@@ -510,7 +516,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
         RETURN;
     END IF;
@@ -556,7 +561,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
@@ -618,7 +622,6 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        -- RETURN QUERY SELECT, not RETURN NEXT <expr>: pgspot cannot parse the latter.
         RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
@@ -5882,7 +5885,8 @@ DECLARE
 BEGIN
     IF access IS NULL OR access NOT IN ('read', 'write', 'all') THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('access must be ''read'', ''write'' or ''all'', got %s', coalesce(quote_literal(access), 'NULL'));
+            MESSAGE = CASE WHEN access IS NULL THEN 'access cannot be NULL: give ''read'', ''write'' or ''all'''
+                           ELSE format('access must be ''read'', ''write'' or ''all'', got "%s"', access) END;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
     SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _set_stream_access.stream_name
@@ -6415,6 +6419,182 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.send_batch_topic(routing_key text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send a batch to every queue bound to a matching pattern.';
+
+CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text;
+BEGIN
+    SELECT coalesce(s.payload_type, 'jsonb') INTO v_type
+    FROM pgmq.meta m
+    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = _payload_type_of.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._encode_payload(payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb)
+RETURNS record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text := format_type(pg_typeof(payload), NULL);
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    -- One branch per kind: PL/pgSQL plans an expression when it first runs it, so encode()
+    -- is only planned for bytea, the xml cast only for xml.
+    IF v_type = 'jsonb' THEN
+        message := payload;
+        headers := extra_headers - 'x-pgmq-payload';
+        RETURN;
+    ELSIF v_type = 'bytea' THEN
+        message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+    ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+        -- their text as stored (xml output would drop the declaration): no setting changes it
+        message := to_jsonb(payload::text);
+    ELSE
+        message := pgmq._encode_payload_io(payload);
+    END IF;
+    headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._encode_payload_io(payload anyelement)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+BEGIN
+    RETURN to_jsonb(format('%s', payload));  -- %s: the type's output function
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._payload_ok(payload text, type_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF payload IS NULL THEN
+        RETURN false;
+    ELSIF type_name IN ('text', 'character varying') THEN
+        RETURN true;
+    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
+        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND length(payload) % 4 = 0;
+    END IF;
+    RETURN pgmq._payload_ok_io(payload, type_name);
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._payload_ok_io(payload text, type_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_schema name;
+    v_name   name;
+BEGIN
+    IF type_name = 'xml' THEN
+        RETURN xml_is_well_formed(payload);  -- by xmloption
+    END IF;
+    SELECT n.nspname, t.typname INTO v_schema, v_name
+    FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+    WHERE t.oid = type_name::regtype;
+    BEGIN
+        EXECUTE format('SELECT $1::%I.%I', v_schema, v_name) USING payload;
+    EXCEPTION WHEN data_exception OR invalid_text_representation OR check_violation
+                   OR not_null_violation OR integrity_constraint_violation THEN
+        RETURN false;
+    END;
+    RETURN true;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    text;
+    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_message jsonb;
+    v_headers jsonb;
+    v_vt      timestamp with time zone;
+    v_id      bigint;
+BEGIN
+    SELECT coalesce(s.payload_type, 'jsonb') INTO v_held
+    FROM pgmq.meta m
+    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = send_payload.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+    END IF;
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    SELECT e.message, e.headers INTO v_message, v_headers
+    FROM pgmq._encode_payload(payload, send_payload.headers) e;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        PERFORM pgmq._check_headers(v_headers);
+        IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            PERFORM pgmq._note_message_limits(queue_name);
+        END IF;
+        IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            PERFORM pgmq._note_priorities(queue_name);
+        END IF;
+    END IF;
+    IF v_headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(queue_name, v_message, v_headers, v_vt);
+    ELSE
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, queue_name);
+    END IF;
+
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
 
 CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
 RETURNS text
