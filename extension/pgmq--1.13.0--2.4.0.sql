@@ -838,11 +838,14 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_vt timestamp with time zone;
 BEGIN
     IF delay < 0 THEN
         RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN clock_timestamp() + make_interval(secs => delay);
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    RETURN v_vt;
 END;
 $fn$;
 

@@ -199,6 +199,7 @@ CREATE INDEX stream_bindings_stream_idx ON pgmq.stream_bindings (stream_name);
 -- replace: pgmq._role_owns_queue(name, text)
 -- replace: pgmq._owns_queue(text)
 -- replace: pgmq._create_queue_for(text, boolean)
+-- replace: pgmq._delay_to_vt(integer)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq.send(text, jsonb)
 -- replace: pgmq.send(text, jsonb, jsonb)
@@ -473,6 +474,23 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq._delay_to_vt(delay integer)
+RETURNS timestamp with time zone
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_vt timestamp with time zone;
+BEGIN
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    RETURN v_vt;
+END;
+$fn$;
 
 CREATE FUNCTION pgmq._check_headers(headers jsonb)
 RETURNS void
