@@ -4,6 +4,7 @@ segment names wrap at SEGMENT_NAMES without losing the stream."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -13,13 +14,19 @@ from tests.helpers import column, raises_sql, scalar
 from tests.integration.test_streams import drain, send
 
 
-def as_role(conn, role, sql, params=None):
+@contextlib.contextmanager
+def acting_as(conn, role):
     conn.execute(f"SET ROLE {role}")
     try:
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description else None
+        yield
     finally:
         conn.execute("RESET ROLE")
+
+
+def as_role(conn, role, sql, params=None):
+    with acting_as(conn, role):
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else None
 
 
 def rotate(conn, stream="ev") -> int:
@@ -54,11 +61,8 @@ def test_granted_writers_and_readers_keep_their_access_across_rotations(conn, ow
         rotate(conn)
     assert scalar(conn, "SELECT count(*) FROM pgmq.stream_segments WHERE stream_name = 'ev'") == 4
     as_role(conn, writer, "SELECT pgmq.stream_send_batch('ev', ARRAY['{\"n\": 4}'::jsonb])")
-    conn.execute(f"SET ROLE {reader}")
-    try:
+    with acting_as(conn, reader):
         assert drain(conn, "r") == [1, 2, 3, 4]
-    finally:
-        conn.execute("RESET ROLE")
     # each right alone: the writer reads nothing, the reader writes nothing
     with raises_sql("42501"):
         as_role(conn, writer, "SELECT pgmq.subscribe('ev', 'w')")
@@ -78,11 +82,8 @@ def test_revoking_takes_the_right_from_every_segment(conn, owned):
     for segment in column(conn, "SELECT segment FROM pgmq.stream_segments WHERE stream_name = 'ev'"):
         assert not scalar(conn, "SELECT has_table_privilege(%s, format('pgmq.s_ev$%%s', %s::int), 'INSERT')",
                           (writer, segment))
-    conn.execute(f"SET ROLE {writer}")
-    try:
+    with acting_as(conn, writer):
         assert drain(conn, "w") == [1]  # still a reader
-    finally:
-        conn.execute("RESET ROLE")
     as_role(conn, owner, "SELECT pgmq.revoke_stream_access('ev', %s, 'all')", (writer,))
     with raises_sql("42501"):
         as_role(conn, writer, "SELECT * FROM pgmq.stream_read('ev', 'w')")
