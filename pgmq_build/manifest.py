@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.4.0"
+VERSION = "2.5.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -121,6 +121,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.3.0.sql": "7a97b396432d3ba1ad8c43c27eaeeb245cfb78d3363824e881228861855714a9",
         "pgmq-standalone--1.13.0--2.3.0.sql": "880cd6bd570510cd8c4a57cefa9dae740cdb60ca8a1f110a3802e11454fdbc87",
         "pgmq-standalone--1.13.1--2.3.0.sql": "fba826855198db36a51f6d103962c2a777c127737868dbeabf8a1528a5332ab0",
+    }),
+    Release("2.4.0", {
+        "pgmq--2.4.0.sql": "0662c00e8fb246252ad875770776f4a46f4ff4f2ed994743650a9dc8ad7000fb",
+        "pgmq-standalone--2.4.0.sql": "5b37438993ad83fcbc2bdfa922212e1290424da961fa873f2eb276d557313d71",
+        "pgmq--2.3.0--2.4.0.sql": "d61e44f1a2e4bf6ecb44e1b12bc7ea294ac695502af848db9426dfcee2bb710f",
+        "pgmq-standalone--2.3.0--2.4.0.sql": "f42b436d6d308755b70b143927edbeb6b32777a03756288c4091f7a2359405a4",
+        "pgmq--1.13.0--2.4.0.sql": "9136a398eb913df45a0cacbdf0363e0f218f327951a95a1090c6bbb4433a606f",
+        "pgmq--1.13.1--2.4.0.sql": "07198b7482ec3cebbfcf00c42e3d93e38779d2975a8a4243f6aa8c267f14f79f",
+        "pgmq-standalone--1.13.0--2.4.0.sql": "db94b0b50434ec22b96fb9f5d511b91068aa678859b12fb75d143c33096a00d7",
+        "pgmq-standalone--1.13.1--2.4.0.sql": "48a05204ad30a0fb602384e5f9bccbc7b161ba15c93e53020310fb6fb0a9139b",
     }),
 )
 
