@@ -883,21 +883,35 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._check_headers(headers);
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-            PERFORM pgmq._note_message_limits(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            PERFORM pgmq._note_priorities(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, delay);
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, delay);
         RETURN;
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, queue_name);
+    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
@@ -912,8 +926,13 @@ AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
@@ -928,21 +947,35 @@ AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._check_headers(headers);
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-            PERFORM pgmq._note_message_limits(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            PERFORM pgmq._note_priorities(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
@@ -957,8 +990,13 @@ AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
@@ -973,8 +1011,13 @@ AS $fn$
 DECLARE
     v_delay timestamp with time zone := delay;
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, queue_name);
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
@@ -989,21 +1032,35 @@ AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._check_headers(headers);
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-            PERFORM pgmq._note_message_limits(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            PERFORM pgmq._note_priorities(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(queue_name, msg, headers, v_delay);
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
         RETURN;
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, queue_name);
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
@@ -1036,17 +1093,31 @@ AS $fn$
 DECLARE
     v_hdr jsonb;
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF _send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(_send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(_send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1054,13 +1125,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            SELECT pgmq.send(_send_batch.queue_name, t.msg, t.hdr, delay)
             FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, _send_batch.queue_name);
 END;
 $fn$;
 
@@ -1080,17 +1151,31 @@ BEGIN
     IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1098,13 +1183,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, delay)
             FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
@@ -1127,17 +1212,31 @@ BEGIN
     IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF v_headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1145,13 +1244,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
             FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
@@ -1174,17 +1273,31 @@ BEGIN
     IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF v_headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1192,13 +1305,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
             FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
@@ -1221,17 +1334,31 @@ BEGIN
     IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF v_headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1239,13 +1366,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
             FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
@@ -1268,17 +1395,31 @@ BEGIN
     IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF v_headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1286,13 +1427,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
             FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
@@ -1315,17 +1456,31 @@ BEGIN
     IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
         RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
     END IF;
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     IF v_headers IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    PERFORM pgmq._check_headers(v_hdr);
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                        PERFORM pgmq._note_message_limits(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        PERFORM pgmq._note_priorities(queue_name);
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
                     END IF;
                 END IF;
             END LOOP;
@@ -1333,13 +1488,13 @@ BEGIN
         -- Deduplicated messages go one by one (each may resolve to an earlier message).
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
             RETURN QUERY
-            SELECT pgmq.send(queue_name, t.msg, t.hdr, v_delay)
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
             FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
             ORDER BY t.ord;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, queue_name);
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
@@ -1462,7 +1617,13 @@ DECLARE
     v_lost      boolean;
     v_lost_runs integer := 0;
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
@@ -1602,7 +1763,13 @@ DECLARE
     v_lost      boolean;
     v_lost_runs integer := 0;
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');  -- the name first, as upstream checks it
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
@@ -1689,7 +1856,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     RETURN QUERY SELECT * FROM pgmq._static_delete(msg_ids, queue_name);
 END;
 $fn$;
@@ -1703,7 +1875,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     RETURN pgmq._static_delete_one(msg_id, queue_name);
 END;
 $fn$;
@@ -1717,7 +1894,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     RETURN QUERY SELECT * FROM pgmq._static_archive(msg_ids, queue_name);
 END;
 $fn$;
@@ -1747,7 +1929,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pgmq.format_table_name(queue_name, 'q');
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
     RETURN QUERY SELECT * FROM pgmq._static_set_vt(msg_ids, vt, queue_name);
 END;
 $fn$;
@@ -4197,12 +4384,21 @@ BEGIN
             MESSAGE = 'confirm_within must be a positive number of seconds';
     END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._check_headers(headers);
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-            PERFORM pgmq._note_message_limits(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_reserved.queue_name);
+            END IF;
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            PERFORM pgmq._note_priorities(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_reserved.queue_name);
+            END IF;
         END IF;
     END IF;
     EXECUTE format(
@@ -9344,21 +9540,20 @@ BEGIN
     IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    -- One branch per kind: PL/pgSQL plans an expression when it first runs it, so encode()
-    -- is only planned for bytea, the xml cast only for xml.
     IF v_type = 'jsonb' THEN
         message := payload;
         headers := extra_headers - 'x-pgmq-payload';
-        RETURN;
-    ELSIF v_type = 'bytea' THEN
-        message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-    ELSIF v_type IN ('text', 'character varying', 'xml') THEN
-        -- their text as stored (xml output would drop the declaration): no setting changes it
-        message := to_jsonb(payload::text);
     ELSE
-        message := pgmq._encode_payload_io(payload);
+        IF v_type = 'bytea' THEN
+            message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            message := to_jsonb(payload::text);
+        ELSE
+            message := pgmq._encode_payload_io(payload);
+        END IF;
+        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
     END IF;
-    headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
 END;
 $fn$;
 
@@ -9446,7 +9641,7 @@ BEGIN
     ELSIF type_name IN ('text', 'character varying') THEN
         RETURN true;
     ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
-        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND length(payload) % 4 = 0;
+        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length(payload), 4) = 0;
     END IF;
     RETURN pgmq._payload_ok_io(payload, type_name);
 END;
@@ -9571,14 +9766,22 @@ BEGIN
                 MESSAGE = format('payload type %s is not trusted: %s', type_name, v_untrusted);
         END IF;
     END IF;
-    -- On a partitioned queue the constraint reaches every partition, present and future.
-    EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT IF EXISTS pgmq_payload_type', v_qtable);
-    IF type_name IS NOT NULL THEN
-        EXECUTE format(
-            $q$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
-               CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string'
-                               AND pgmq._payload_ok(message #>> '{}', %L), false))$q$,
-            v_qtable, type_name, type_name);
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+               WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+    END IF;
+    IF type_name IN ('text', 'character varying') THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                       v_qtable, type_name);
+    ELSIF type_name = 'bytea' THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                       v_qtable, type_name);
+    ELSIF type_name IS NOT NULL THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L), false))$c$,
+                       v_qtable, type_name, type_name);
     END IF;
 END;
 $fn$;
@@ -9736,25 +9939,52 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
-    SELECT e.message, e.headers INTO v_message, v_headers
-    FROM pgmq._encode_payload(payload, send_payload.headers) e;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_given = 'jsonb' THEN
+        v_message := payload;
+        v_headers := send_payload.headers - 'x-pgmq-payload';
+    ELSE
+        IF v_given = 'bytea' THEN
+            v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            v_message := to_jsonb(payload::text);
+        ELSE
+            v_message := pgmq._encode_payload_io(payload);
+        END IF;
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+    END IF;
     IF delay < 0 THEN
         RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_vt := clock_timestamp() + make_interval(secs => delay);
     IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        PERFORM pgmq._check_headers(v_headers);
+        IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(v_headers);
+        END IF;
         IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-            PERFORM pgmq._note_message_limits(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_payload.queue_name);
+            END IF;
         END IF;
         IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            PERFORM pgmq._note_priorities(queue_name);
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_payload.queue_name);
+            END IF;
         END IF;
     END IF;
     IF v_headers ? 'x-pgmq-dedup-id' THEN
-        v_id := pgmq._send_dedup(queue_name, v_message, v_headers, v_vt);
+        v_id := pgmq._send_dedup(send_payload.queue_name, v_message, v_headers, v_vt);
     ELSE
-        v_id := pgmq._static_send(v_vt, v_message, v_headers, queue_name);
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
     END IF;
 
     RETURN v_id;

@@ -38,9 +38,1207 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb)
+-- replace: pgmq.send(text, jsonb, jsonb)
+-- replace: pgmq.send(text, jsonb, integer)
+-- replace: pgmq.send(text, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb, jsonb, integer)
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], integer)
+-- replace: pgmq.send_batch(text, jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
+-- replace: pgmq.read(text, integer, integer, jsonb)
+-- replace: pgmq.pop(text, integer)
+-- replace: pgmq.delete(text, bigint[])
+-- replace: pgmq.delete(text, bigint)
+-- replace: pgmq.archive(text, bigint[])
+-- replace: pgmq.set_vt(text, bigint[], timestamp with time zone)
+-- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
+-- replace: pgmq._encode_payload(anyelement, jsonb)
+-- replace: pgmq._payload_ok(text, text)
+-- replace: pgmq._set_payload_check(text, text)
+-- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := delay;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF _send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(_send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(_send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(_send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, _send_batch.queue_name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := delay;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_msg_id bigint[];
+    v_read_ct integer[];
+    v_enqueued_at timestamp with time zone[];
+    v_last_read_at timestamp with time zone[];
+    v_vt timestamp with time zone[];
+    v_message jsonb[];
+    v_headers jsonb[];
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    LOOP
+        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
+        -- its rows cost a statement per delivered row)
+        IF v_ranked THEN
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
+            FROM pgmq._static_read_judged_ranked(
+                     v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        ELSE
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
+            FROM pgmq._static_read_judged(
+                     v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        END IF;
+        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_msg_id bigint[];
+    v_read_ct integer[];
+    v_enqueued_at timestamp with time zone[];
+    v_last_read_at timestamp with time zone[];
+    v_vt timestamp with time zone[];
+    v_message jsonb[];
+    v_headers jsonb[];
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    LOOP
+        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
+        -- its rows cost a statement per delivered row)
+        IF v_ranked THEN
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
+            FROM pgmq._static_pop_judged_ranked(
+                     v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        ELSE
+            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
+                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
+                   coalesce(bool_or(t.reason = 'retry'), false),
+                   coalesce(bool_or(t.reason = 'lost'), false)
+            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
+            FROM pgmq._static_pop_judged(
+                     v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+        END IF;
+        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_delete(msg_ids, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.delete(queue_name text, msg_ids bigint[]) IS 'Delete messages; returns the ids deleted.';
+
+CREATE OR REPLACE FUNCTION pgmq.delete(queue_name text, msg_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN pgmq._static_delete_one(msg_id, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.delete(queue_name text, msg_id bigint) IS 'Delete one message; true if it existed.';
+
+CREATE OR REPLACE FUNCTION pgmq.archive(queue_name text, msg_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_archive(msg_ids, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.archive(queue_name text, msg_ids bigint[]) IS 'Move messages to the archive; returns the ids moved.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_set_vt(msg_ids, vt, queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_vt(queue_name text, msg_ids bigint[], vt timestamp with time zone) IS 'Set the visibility time of messages.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_reserved.queue_name);
+            END IF;
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_reserved.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq._encode_payload(payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb)
+RETURNS record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text := format_type(pg_typeof(payload), NULL);
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_type = 'jsonb' THEN
+        message := payload;
+        headers := extra_headers - 'x-pgmq-payload';
+    ELSE
+        IF v_type = 'bytea' THEN
+            message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            message := to_jsonb(payload::text);
+        ELSE
+            message := pgmq._encode_payload_io(payload);
+        END IF;
+        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._payload_ok(payload text, type_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF payload IS NULL THEN
+        RETURN false;
+    ELSIF type_name IN ('text', 'character varying') THEN
+        RETURN true;
+    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
+        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length(payload), 4) = 0;
+    END IF;
+    RETURN pgmq._payload_ok_io(payload, type_name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._set_payload_check(queue_name text, type_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller    name;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
+    v_untrusted text;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF type_name IS NOT NULL THEN
+        v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', type_name, v_untrusted);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+               WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+    END IF;
+    IF type_name IN ('text', 'character varying') THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                       v_qtable, type_name);
+    ELSIF type_name = 'bytea' THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                       v_qtable, type_name);
+    ELSIF type_name IS NOT NULL THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L), false))$c$,
+                       v_qtable, type_name, type_name);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    text;
+    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_message jsonb;
+    v_headers jsonb;
+    v_vt      timestamp with time zone;
+    v_id      bigint;
+BEGIN
+    SELECT coalesce(s.payload_type, 'jsonb') INTO v_held
+    FROM pgmq.meta m
+    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+    WHERE m.queue_name = send_payload.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+    END IF;
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_given = 'jsonb' THEN
+        v_message := payload;
+        v_headers := send_payload.headers - 'x-pgmq-payload';
+    ELSE
+        IF v_given = 'bytea' THEN
+            v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            v_message := to_jsonb(payload::text);
+        ELSE
+            v_message := pgmq._encode_payload_io(payload);
+        END IF;
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                    AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(v_headers);
+        END IF;
+        IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_payload.queue_name);
+            END IF;
+        END IF;
+        IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_payload.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF v_headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(send_payload.queue_name, v_message, v_headers, v_vt);
+    ELSE
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+    END IF;
+
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.4.0--2.5.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
+
+-- Typed queues (features/payloads): the CHECK constraint of a text, varchar or bytea queue no
+-- longer calls _payload_ok (the same rule, written into the condition), as create() now makes it.
+-- Only those three built-in types, and only where the constraint is there: validating a
+-- constraint for any other type would run its input function (a queue whose type was found
+-- untrusted lost its constraint in 2.1.0 and must not get it back here, as a superuser).
+-- Every row already met the old constraint, which the new one accepts.
+DO $step$
+DECLARE
+    v_q      record;
+    v_qtable text;
+BEGIN
+    FOR v_q IN SELECT s.queue_name, s.payload_type FROM pgmq.queue_settings s
+               WHERE s.payload_type IN ('text', 'character varying', 'bytea') ORDER BY s.queue_name LOOP
+        v_qtable := pgmq._format_table_name(v_q.queue_name, 'q');
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                  WHERE k.conrelid = to_regclass(format('pgmq.%I', v_qtable))
+                                    AND k.conname = 'pgmq_payload_type');
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                   WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+            EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+        END IF;
+        IF v_q.payload_type IN ('text', 'character varying') THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                           v_qtable, v_q.payload_type);
+        ELSIF v_q.payload_type = 'bytea' THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                           v_qtable, v_q.payload_type);
+        ELSIF v_q.payload_type IS NOT NULL THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L), false))$c$,
+                           v_qtable, v_q.payload_type, v_q.payload_type);
+        END IF;
+    END LOOP;
+END;
+$step$;
 
 COMMENT ON SCHEMA pgmq IS 'pgmq 2.5.0 (standalone)';
