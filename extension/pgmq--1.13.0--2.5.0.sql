@@ -2009,6 +2009,42 @@ END;
 $fn$;
 
 
+-- _static_send_dedup: the send_dedup statement of each known queue.
+CREATE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT $6, $4, nextval($7::regclass), clock_timestamp() + $5
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = $6 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($6, 'q'))
+    INTO v_value USING $1, $2, $3, $4, $5, $6, pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($6, 'q')), 'msg_id');
+    RETURN v_value;
+
+END;
+$fn$;
+
+
 -- _static_send_batch: the send_batch statement of each known queue.
 CREATE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 RETURNS SETOF bigint
@@ -2722,10 +2758,64 @@ VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT $6, $4, nextval($7::regclass), clock_timestamp() + $5
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = $6 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($6, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, $6, pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($6, ''q'')), ''msg_id'');
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT %4$L, $4, nextval(%3$L::regclass), clock_timestamp() + $5
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = %4$L AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id'), n.name)
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -2757,8 +2847,7 @@ SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
 FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$4')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -2820,8 +2909,7 @@ FROM done d
 ORDER BY d.msg_id
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -2883,8 +2971,7 @@ FROM done d
 ORDER BY d.priority, d.msg_id
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3042,8 +3129,7 @@ WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3201,8 +3287,7 @@ WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3262,8 +3347,7 @@ FROM done d
 ORDER BY d.msg_id
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3323,8 +3407,7 @@ FROM done d
 ORDER BY d.priority, d.msg_id
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3480,8 +3563,7 @@ WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3637,8 +3719,7 @@ WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$11')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3666,8 +3747,7 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$2')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3697,8 +3777,7 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
 RETURN FOUND;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$2')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3738,8 +3817,7 @@ INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, he
 SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
 RETURNING msg_id;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$2')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3775,8 +3853,7 @@ $path$;',
 )
 SELECT * FROM moved ORDER BY msg_id;
 RETURN;
-',
-                                pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$3')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -3912,11 +3989,12 @@ CREATE TABLE pgmq.queue_settings (
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
 
--- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at.
+-- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at. No
+-- foreign key to meta: its check would lock the queue's meta row for every send with a key
+-- (a WAL record per transaction, a MultiXact among concurrent senders); the keys of a queue
+-- that is dropped go with it by the trigger dedup_keys_of_dropped_queues (functions/dedup.sql.j2).
 CREATE TABLE pgmq.dedup_keys (
-    queue_name VARCHAR NOT NULL
-        CONSTRAINT dedup_keys_meta_queue_name_fk
-            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    queue_name VARCHAR NOT NULL,
     dedup_id   TEXT NOT NULL,
     msg_id     BIGINT,
     expires_at TIMESTAMP WITH TIME ZONE NOT NULL,
@@ -4338,33 +4416,45 @@ DECLARE
     v_key    text := headers->>'x-pgmq-dedup-id';
     v_window integer;
     v_id     bigint;
-    v_claimed boolean;
 BEGIN
-    -- Checked first: the key's foreign key would otherwise report an unknown queue as 23503.
+    -- Checked first: an unknown queue is 42P01, and its window is needed.
     SELECT s.dedup_window INTO v_window
     FROM pgmq.meta m LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
     WHERE m.queue_name = _send_dedup.queue_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
     END IF;
-    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-    VALUES (queue_name, v_key, NULL, clock_timestamp() + make_interval(secs => coalesce(v_window, 300)))
-    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
-        SET msg_id = NULL, expires_at = EXCLUDED.expires_at
-        WHERE k.expires_at <= clock_timestamp()
-    RETURNING true INTO v_claimed;
-    IF v_claimed IS NULL THEN
+    -- the queue's static path: key and message in one statement, planned once per session
+    v_id := pgmq._static_send_dedup(delay, msg, headers, v_key,
+                                            make_interval(secs => coalesce(v_window, 300)), queue_name);
+    IF v_id IS NULL THEN  -- a live key: the message it made
         SELECT k.msg_id INTO v_id FROM pgmq.dedup_keys k
         WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
-        RETURN v_id;
     END IF;
-    -- the queue's static path (the INSERT planned once per session), as send's
-    v_id := pgmq._static_send(delay, msg, headers, queue_name);
-    UPDATE pgmq.dedup_keys k SET msg_id = v_id
-    WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
     RETURN v_id;
 END;
 $fn$;
+
+-- _forget_dedup_keys: the dedup keys of queues whose meta rows were deleted (drop_queue, or a
+-- trusted role deleting the row of a queue whose tables are gone), as ON DELETE CASCADE did.
+-- SECURITY DEFINER: a queue whose table is gone has no sender left that row security would let
+-- delete its keys; it deletes only the keys of the rows the statement deleted.
+CREATE FUNCTION pgmq._forget_dedup_keys()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    DELETE FROM pgmq.dedup_keys k USING changed c WHERE k.queue_name = c.queue_name;
+    RETURN NULL;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._forget_dedup_keys() FROM PUBLIC;
+
+CREATE TRIGGER dedup_keys_of_dropped_queues AFTER DELETE ON pgmq.meta
+    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._forget_dedup_keys();
 
 -- features/delivery/functions/reserve.sql.j2
 -- send_reserved: a message that stays invisible until confirmed (sqlxmq's commit interval).

@@ -357,7 +357,7 @@ ROUTINES = policies(
     "enable_priorities",
     "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
-    "_static_send", "_static_send_batch", "_static_read", "_static_read_ranked", "_static_read_judged",
+    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_ranked", "_static_read_judged",
     "_static_read_judged_ranked", "_static_pop", "_static_pop_ranked", "_static_pop_judged",
     "_static_pop_judged_ranked", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
     "_static_path_tree",
@@ -374,6 +374,9 @@ ROUTINES = policies(
            "check per-message limits) without the right to change its settings"),
     "_retry_delay", "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
     "_send_dedup", "send_reserved", "confirm", "expire_messages",
+    Policy("_forget_dedup_keys",
+           definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
+           "rows its statement deleted, which row security would hide once the queue's table is gone"),
     # partitioned: each routine calling pg_partman is an unpinned outer function that keeps the
     # caller's search_path and a pinned inner one doing the work (create_partitioned.sql.j2)
     "_extension_schema", "_get_pg_partman_schema", "_get_pg_partman_major_version",

@@ -234,6 +234,42 @@ def test_rolled_back_dedup_send_frees_the_key(connect):
     assert scalar(b, "SELECT count(*) FROM pgmq.q_jobs") == 1
 
 
+def test_a_duplicate_uses_up_no_msg_id(conn, queue):
+    # the message's id is drawn before its key is claimed; a live key is looked for first
+    first = send(conn, "jobs", {}, {"x-pgmq-dedup-id": "k"})
+    assert send(conn, "jobs", {}, {"x-pgmq-dedup-id": "k"}) == first
+    assert send(conn, "jobs", {}, {"x-pgmq-dedup-id": "k2"}) == first + 1
+    assert send(conn, "jobs", {}) == first + 2
+    assert column(conn, "SELECT msg_id FROM pgmq.dedup_keys ORDER BY dedup_id") == [first, first + 1]
+
+
+def test_an_expired_key_is_taken_over_with_the_new_message(conn, queue):
+    conn.execute("SELECT pgmq.set_dedup_window('jobs', 1)")
+    first = send(conn, "jobs", {"n": 1}, {"x-pgmq-dedup-id": "k"})
+    conn.execute("UPDATE pgmq.dedup_keys SET expires_at = clock_timestamp() - interval '1 second'")
+    second = send(conn, "jobs", {"n": 2}, {"x-pgmq-dedup-id": "k"})
+    assert second == first + 1
+    assert scalar(conn, "SELECT msg_id FROM pgmq.dedup_keys WHERE dedup_id = 'k'") == second
+    assert send(conn, "jobs", {"n": 3}, {"x-pgmq-dedup-id": "k"}) == second
+
+
+def test_dropping_a_queue_drops_its_dedup_keys(conn):
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.create('other')")
+    send(conn, "jobs", {"n": 1}, {"x-pgmq-dedup-id": "k"})
+    send(conn, "other", {}, {"x-pgmq-dedup-id": "k"})
+    assert scalar(conn, "SELECT pgmq.drop_queue('jobs')") is True
+    assert column(conn, "SELECT queue_name FROM pgmq.dedup_keys") == ["other"]
+    # a queue made again under the name starts without the old keys
+    conn.execute("SELECT pgmq.create('jobs')")
+    send(conn, "jobs", {"n": 2}, {"x-pgmq-dedup-id": "k"})
+    assert column(conn, "SELECT message->>'n' FROM pgmq.q_jobs") == ["2"]
+    # also when drop_queue only deletes the catalog row of a queue whose table is gone
+    conn.execute("DROP TABLE pgmq.q_jobs")
+    assert scalar(conn, "SELECT pgmq.drop_queue('jobs')") is False  # (a NOTICE says so)
+    assert column(conn, "SELECT queue_name FROM pgmq.dedup_keys") == ["other"]
+
+
 # ----------------------------------------------------------------------------- checkpoint
 
 def test_checkpoint_replaces_payload_and_extends_lease(conn, queue):

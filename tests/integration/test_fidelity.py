@@ -587,7 +587,8 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # _run_partition_maintenance): they are the outer functions' work, and called directly they
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
-              "_run_partition_maintenance", "_queues_changed", "_streams_changed"}
+              "_run_partition_maintenance", "_queues_changed", "_streams_changed",
+              "_forget_dedup_keys"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -630,6 +631,7 @@ SELECT pgmq._validate_batch_params(ARRAY['{}'::jsonb], NULL)
 SELECT * FROM pgmq._send_batch('jobs', ARRAY['{}'::jsonb], NULL, now())
 SELECT pgmq._static_send(now(), '{}', NULL, 'jobs'), pgmq._static_send(now(), '{}', NULL, 'Jobs')
 SELECT * FROM pgmq._static_send_batch(now(), ARRAY['{}'::jsonb], NULL, 'jobs')
+SELECT pgmq._static_send_dedup(now(), '{}', NULL, 'k1', '1 minute', 'jobs'), pgmq._static_send_dedup(now(), '{}', NULL, 'k2', '1 minute', 'Jobs')
 SELECT * FROM pgmq._static_read(1, '1 second', NULL, now(), 'jobs')
 SELECT * FROM pgmq._static_read_judged(1, '1 second', NULL, now(), NULL, 2, true, 0, 1, 0, 'jobs') AS t(msg_id bigint, read_ct integer, enqueued_at timestamptz, last_read_at timestamptz, vt timestamptz, message jsonb, headers jsonb, reason text, priority integer)
 SELECT * FROM pgmq._static_pop(1, NULL, NULL, NULL, 'jobs')

@@ -569,3 +569,13 @@ def test_convert_archive_partitioned_notices(conn, partman):
     assert seen == [("NOTICE", "Table a_plains is already partitioned")]
     assert scalar(conn, "SELECT count(*) FROM partman.part_config") == 3
     assert scalar(conn, "SELECT to_regclass('pgmq.a_plain_old_old')") is None
+
+
+def test_dedup_sends_into_a_partitioned_queue(conn, partman):
+    # the message's id comes from the partitioned table's own identity sequence
+    conn.execute("SELECT pgmq.create_partitioned('pq', '10', '20')")
+    first = scalar(conn, "SELECT pgmq.send('pq', '{}', '{\"x-pgmq-dedup-id\": \"k\"}'::jsonb)")
+    assert scalar(conn, "SELECT pgmq.send('pq', '{}', '{\"x-pgmq-dedup-id\": \"k\"}'::jsonb)") == first
+    assert scalar(conn, "SELECT pgmq.send('pq', '{}')") == first + 1
+    assert scalar(conn, "SELECT pgmq.send('pq', '{}', '{\"x-pgmq-dedup-id\": \"k2\"}'::jsonb)") == first + 2
+    assert column(conn, "SELECT msg_id FROM pgmq.q_pq ORDER BY msg_id") == [first, first + 1, first + 2]
