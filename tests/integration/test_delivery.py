@@ -183,6 +183,74 @@ def test_queue_default_ttl_and_expire_messages(conn, queue):
         conn.execute("SELECT pgmq.set_message_ttl('jobs', 0)")
 
 
+def age(conn, table, seconds):
+    """Make every message of the table look `seconds` old (as if sent then)."""
+    conn.execute(f"UPDATE pgmq.{table} SET enqueued_at = enqueued_at - make_interval(secs => %s)", (seconds,))
+
+
+def ttl_only(conn, queue):
+    """The queue is read by the TTL-only statement: a TTL and no other limit anywhere."""
+    return conn.execute("SELECT message_ttl IS NOT NULL AND NOT retry_policy AND NOT message_limits "
+                        "FROM pgmq.queue_settings WHERE queue_name = %s", (queue,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("consume", ["read", "pop"])
+def test_a_queue_ttl_alone_dead_letters_what_is_too_old(conn, queue, consume):
+    conn.execute("SELECT pgmq.set_message_ttl('jobs', 60)")
+    old = [send(conn, "jobs", {"n": i}) for i in range(3)]
+    age(conn, "q_jobs", 120)
+    fresh = [send(conn, "jobs", {"n": i}) for i in range(3, 6)]
+    assert ttl_only(conn, "jobs")
+    call = "pgmq.read('jobs', 30, 2)" if consume == "read" else "pgmq.pop('jobs', 2)"
+    # the first round meets the three old ones: they go to the archive, and the take goes on
+    assert column(conn, f"SELECT msg_id FROM {call}") == fresh[:2]
+    assert column(conn, "SELECT msg_id FROM pgmq.a_jobs ORDER BY msg_id") == old
+    assert column(conn, "SELECT headers->'x-pgmq-dead-letter'->>'reason' FROM pgmq.a_jobs") == ["ttl"] * 3
+    left = column(conn, "SELECT msg_id FROM pgmq.q_jobs ORDER BY msg_id")
+    assert left == (fresh if consume == "read" else fresh[2:])
+    if consume == "read":
+        assert column(conn, "SELECT read_ct FROM pgmq.q_jobs ORDER BY msg_id") == [1, 1, 0]
+
+
+def test_a_queue_ttl_alone_keeps_priority_order(conn, queue):
+    conn.execute("SELECT pgmq.set_message_ttl('jobs', 60)")
+    stale = send(conn, "jobs", {"n": "stale"}, {"x-pgmq-priority": -5})
+    age(conn, "q_jobs", 120)
+    low = send(conn, "jobs", {"n": "low"}, {"x-pgmq-priority": 3})
+    high = send(conn, "jobs", {"n": "high"}, {"x-pgmq-priority": -1})
+    assert ttl_only(conn, "jobs")  # (a priority is no limit of a message's own)
+    assert column(conn, "SELECT msg_id FROM pgmq.pop('jobs', 5)") == [high, low]
+    assert column(conn, "SELECT msg_id FROM pgmq.a_jobs") == [stale]
+
+
+def test_competing_consumers_of_a_ttl_queue_share_everything_once(connect):
+    setup = connect()
+    setup.execute("SELECT pgmq.create('jobs')")
+    setup.execute("SELECT pgmq.set_message_ttl('jobs', 60)")
+    setup.execute("SELECT pgmq.send_batch('jobs', array_agg(jsonb_build_object('n', i))) FROM generate_series(1, 600) i")
+    setup.execute("UPDATE pgmq.q_jobs SET enqueued_at = enqueued_at - interval '2 minutes' WHERE msg_id % 3 = 0")
+    assert ttl_only(setup, "jobs")
+    conns = [connect() for _ in range(5)]
+    got: list[list[int]] = [[] for _ in conns]
+    barrier = threading.Barrier(len(conns))
+
+    def consumer(i: int) -> None:
+        barrier.wait()
+        while True:
+            ids = column(conns[i], "SELECT msg_id FROM pgmq.pop('jobs', 3)")
+            if not ids:
+                return
+            got[i].extend(ids)
+
+    run_threads([threading.Thread(target=consumer, args=(i,)) for i in range(len(conns))])
+    delivered = [i for ids in got for i in ids]
+    archived = column(setup, "SELECT msg_id FROM pgmq.a_jobs")
+    assert len(delivered) == len(set(delivered)) == 400  # each fresh one once
+    assert sorted(archived) == list(range(3, 601, 3))  # each stale one dead-lettered once, none delivered
+    assert not set(delivered) & set(archived)
+    assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0
+
+
 # ----------------------------------------------------------------------------- dedup
 
 def test_dedup_returns_the_original_id(conn, queue):
