@@ -882,6 +882,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_id bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -908,10 +910,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, delay);
+    ELSE
+        v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
@@ -925,6 +928,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -932,7 +936,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb) IS 'Overload of send(); see its main form.';
@@ -946,6 +951,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -972,10 +978,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
@@ -989,6 +996,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -996,7 +1004,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay integer) IS 'Overload of send(); see its main form.';
@@ -1010,6 +1019,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := delay;
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -1017,7 +1027,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, delay timestamp with time zone) IS 'Overload of send(); see its main form.';
@@ -1031,6 +1042,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -1057,10 +1069,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
@@ -10614,7 +10627,6 @@ BEGIN
     ELSE
         v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
     END IF;
-
     RETURN v_id;
 END;
 $fn$;

@@ -49,6 +49,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_id bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -75,10 +77,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, delay);
+    ELSE
+        v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -92,6 +95,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -99,7 +103,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -113,6 +118,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -139,10 +145,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -156,6 +163,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -163,7 +171,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -177,6 +186,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := delay;
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -184,7 +194,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -198,6 +209,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -224,10 +236,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -2939,7 +2952,6 @@ BEGIN
     ELSE
         v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
     END IF;
-
     RETURN v_id;
 END;
 $fn$;

@@ -77,6 +77,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_id bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -103,10 +105,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, delay);
+    ELSE
+        v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -120,6 +123,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -127,7 +131,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -141,6 +146,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -167,10 +173,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -184,6 +191,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -191,7 +199,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -205,6 +214,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := delay;
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -212,7 +222,8 @@ BEGIN
     IF send.queue_name ~ '\$|;|--|''' THEN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    v_id := pgmq._static_send(v_delay, msg, NULL::jsonb, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -226,6 +237,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
 BEGIN
     IF send.queue_name IS NULL THEN
         RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
@@ -252,10 +264,11 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        RETURN QUERY SELECT pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
-        RETURN;
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
-    RETURN QUERY SELECT pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    RETURN NEXT v_id;
 END;
 $fn$;
 
@@ -2967,7 +2980,6 @@ BEGIN
     ELSE
         v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
     END IF;
-
     RETURN v_id;
 END;
 $fn$;
