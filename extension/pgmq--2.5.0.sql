@@ -1426,13 +1426,9 @@ DECLARE
     v_max_delay integer;
     v_paused    boolean;
     v_ranked    boolean;
-    v_msg_id bigint[];
-    v_read_ct integer[];
-    v_enqueued_at timestamp with time zone[];
-    v_last_read_at timestamp with time zone[];
-    v_vt timestamp with time zone[];
-    v_message jsonb[];
-    v_headers jsonb[];
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
     v_dead      text[];
     v_dead_ids  bigint[];
     v_i         record;
@@ -1466,74 +1462,96 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     LOOP
-        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
-        -- its rows cost a statement per delivered row)
+        -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSIF v_ttl_only THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSIF v_ranked THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSE
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         END IF;
-        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
         -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
         -- consumers asks again with a new snapshot, a few times (a row locked for long by
@@ -1550,7 +1568,7 @@ BEGIN
                     v_i.reason);
             END LOOP;
         END IF;
-        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
+        v_left := v_left - v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
 END;
@@ -1604,13 +1622,9 @@ DECLARE
     v_max_delay integer;
     v_paused    boolean;
     v_ranked    boolean;
-    v_msg_id bigint[];
-    v_read_ct integer[];
-    v_enqueued_at timestamp with time zone[];
-    v_last_read_at timestamp with time zone[];
-    v_vt timestamp with time zone[];
-    v_message jsonb[];
-    v_headers jsonb[];
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
     v_dead      text[];
     v_dead_ids  bigint[];
     v_i         record;
@@ -1644,74 +1658,96 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     LOOP
-        -- one round: the judged statement, its result taken apart in one aggregate (a loop over
-        -- its rows cost a statement per delivered row)
+        -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_pop_ttl_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSIF v_ttl_only THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_pop_ttl(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSIF v_ranked THEN
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_pop_judged_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         ELSE
-            SELECT array_agg(t.msg_id) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.read_ct) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.enqueued_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.last_read_at) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.vt) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.message) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.headers) FILTER (WHERE t.reason IS NULL),
-                   array_agg(t.msg_id) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   array_agg(t.reason) FILTER (WHERE t.reason NOT IN ('retry', 'lost')),
-                   coalesce(bool_or(t.reason = 'retry'), false),
-                   coalesce(bool_or(t.reason = 'lost'), false)
-            INTO v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers, v_dead_ids, v_dead, v_retried, v_lost
-            FROM pgmq._static_pop_judged(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                 AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                      vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer);
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
         END IF;
-        RETURN QUERY SELECT * FROM unnest(v_msg_id, v_read_ct, v_enqueued_at, v_last_read_at, v_vt, v_message, v_headers);
         -- a round that flagged rows moved them out or settled them (which this transaction's
         -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
         -- consumers asks again with a new snapshot, a few times (a row locked for long by
@@ -1728,7 +1764,7 @@ BEGIN
                     v_i.reason);
             END LOOP;
         END IF;
-        v_left := v_left - coalesce(cardinality(v_msg_id), 0);
+        v_left := v_left - v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
 END;
