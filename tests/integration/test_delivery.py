@@ -338,6 +338,24 @@ def test_dropping_a_queue_drops_its_dedup_keys(conn):
     assert column(conn, "SELECT queue_name FROM pgmq.dedup_keys") == ["other"]
 
 
+def test_a_dedup_send_needs_the_sequence_that_queue_access_grants(conn, make_role, connect):
+    # the key's msg_id is drawn from the queue's sequence: grant_queue_access gives USAGE on it;
+    # a role given only table privileges by hand sends without keys, and is refused with keys
+    conn.execute("SELECT pgmq.create('jobs')")
+    granted, by_hand = make_role("granted", login=True), make_role("by_hand", login=True)
+    conn.execute(f"GRANT USAGE ON SCHEMA pgmq TO {granted}, {by_hand}")
+    conn.execute(f"CALL pgmq.grant_queue_access('jobs', '{granted}')")
+    conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.q_jobs TO {by_hand}")
+    g, h = connect(user=granted), connect(user=by_hand)
+    first = send(g, "jobs", {}, {"x-pgmq-dedup-id": "k"})
+    assert send(g, "jobs", {}, {"x-pgmq-dedup-id": "k"}) == first
+    assert send(h, "jobs", {}) == first + 1
+    with raises_sql("42501"):
+        send(h, "jobs", {}, {"x-pgmq-dedup-id": "k2"})
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 2
+    assert column(conn, "SELECT dedup_id FROM pgmq.dedup_keys") == ["k"]
+
+
 # ----------------------------------------------------------------------------- checkpoint
 
 def test_checkpoint_replaces_payload_and_extends_lease(conn, queue):
