@@ -1963,7 +1963,7 @@ BEGIN
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
     SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($6, 'q'))
-    INTO v_value USING $1, $2, $3, $4, $5, $6, pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($6, 'q')), 'msg_id');
+    INTO v_value USING $1, $2, $3, $4, $5, $6, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($6, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($6, 'q')), 'msg_id') END;
     RETURN v_value;
 
 END;
@@ -2899,7 +2899,7 @@ BEGIN
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
     SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($6, ''q''))
-    INTO v_value USING $1, $2, $3, $4, $5, $6, pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($6, ''q'')), ''msg_id'');
+    INTO v_value USING $1, $2, $3, $4, $5, $6, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($6, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($6, ''q'')), ''msg_id'') END;
     RETURN v_value;
 
 END;
@@ -2920,7 +2920,7 @@ SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FR
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id'), n.name)
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(n.name, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id') END, n.name)
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$6')),
         '/*@routed@*/', cardinality(v_names)::text);

@@ -12,8 +12,8 @@ import pytest
 
 from tests.helpers import column, scalar
 
-PATHS = ["send", "send_batch", "read", "read_judged", "pop", "pop_judged", "delete", "delete_one",
-         "archive", "set_vt"]
+PATHS = ["send", "send_dedup", "send_batch", "read", "read_judged", "read_ttl", "pop", "pop_judged", "pop_ttl",
+         "delete", "delete_one", "archive", "set_vt"]
 
 
 def routed(conn: psycopg.Connection, path: str = "send") -> list[str]:
@@ -37,6 +37,16 @@ def roundtrip(conn: psycopg.Connection, q: str) -> None:
     assert column(conn, "SELECT * FROM pgmq.archive(%s, ARRAY[%s, %s]::bigint[])", (q, c, 999999)) == [c]
     assert column(conn, "SELECT * FROM pgmq.delete(%s, ARRAY[%s]::bigint[])", (q, d)) == [d]
     assert scalar(conn, "SELECT queue_length FROM pgmq.metrics(%s)", (q,)) == 0
+
+
+def dedup_roundtrip(conn: psycopg.Connection, q: str) -> None:
+    """A send with a dedup key, and its duplicate, on queue q (its statement names the queue and
+    its sequence: literals in a static path, parameters in the EXECUTE fallback)."""
+    sql = "SELECT pgmq.send(%s, '{}', '{\"x-pgmq-dedup-id\": \"rt\"}'::jsonb)"
+    first = scalar(conn, sql, (q,))
+    assert scalar(conn, sql, (q,)) == first
+    assert scalar(conn, "SELECT msg_id FROM pgmq.dedup_keys WHERE queue_name = %s", (q,)) == first
+    assert scalar(conn, "SELECT pgmq.delete(%s, %s::bigint)", (q, first)) is True
 
 
 def test_paths_follow_create_and_drop(conn):
@@ -69,6 +79,7 @@ def test_names_are_quoted_and_other_spellings_fall_back(conn):
     conn.execute("SELECT pgmq.create(%s)", (odd,))
     assert routed(conn) == [odd]
     roundtrip(conn, odd)
+    dedup_roundtrip(conn, odd)
     # another case spelling reaches the same table through EXECUTE, without a rebuild
     conn.execute("SELECT pgmq.create('mixed')")
     xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'")
@@ -86,6 +97,7 @@ def test_the_first_hundred_queues_are_static_the_rest_work_through_execute(conn)
     assert all(routed(conn, p) == names for p in PATHS)
     for q in ("q000", "q057", "q099", "q100", "q101"):
         roundtrip(conn, q)
+        dedup_roundtrip(conn, q)
     # over the cap nothing rebuilds on each call
     xmin = scalar(conn, "SELECT xmin::text FROM pg_proc WHERE proname = '_static_send'")
     roundtrip(conn, "q101")
@@ -93,6 +105,21 @@ def test_the_first_hundred_queues_are_static_the_rest_work_through_execute(conn)
     # dropping one lets the next in line in
     conn.execute("SELECT pgmq.drop_queue('q010')")
     assert routed(conn)[-1] == "q100" and "q010" not in routed(conn)
+
+
+def test_a_catalog_row_without_its_table_does_not_stop_the_paths(conn):
+    # drop_queue cleans up such a row; until then, rebuilding (which looks up each queue's
+    # sequence for send_dedup) must go on for the other queues
+    conn.execute("SELECT pgmq.create('gone')")
+    conn.execute("DROP TABLE pgmq.q_gone")
+    conn.execute("SELECT pgmq.create('after')")
+    assert routed(conn, "send_dedup") == ["after", "gone"]
+    roundtrip(conn, "after")
+    dedup_roundtrip(conn, "after")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute("SELECT pgmq.send('gone', '{}', '{\"x-pgmq-dedup-id\": \"k\"}'::jsonb)")
+    assert scalar(conn, "SELECT pgmq.drop_queue('gone')") is False
+    assert routed(conn, "send_dedup") == ["after"]
 
 
 def test_a_path_that_misses_a_queue_heals_itself(conn):
