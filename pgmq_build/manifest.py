@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.5.0"
+VERSION = "2.6.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -131,6 +131,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.4.0.sql": "07198b7482ec3cebbfcf00c42e3d93e38779d2975a8a4243f6aa8c267f14f79f",
         "pgmq-standalone--1.13.0--2.4.0.sql": "db94b0b50434ec22b96fb9f5d511b91068aa678859b12fb75d143c33096a00d7",
         "pgmq-standalone--1.13.1--2.4.0.sql": "48a05204ad30a0fb602384e5f9bccbc7b161ba15c93e53020310fb6fb0a9139b",
+    }),
+    Release("2.5.0", {
+        "pgmq--2.5.0.sql": "c961edbca548f782ff44a6cf4aeebd77b38f43561f94ff9c9f200af73a7bfa3e",
+        "pgmq-standalone--2.5.0.sql": "c1bbc43984aba46eabe3693ce5f485c84e82e27e710e5eedca616707e96910aa",
+        "pgmq--2.4.0--2.5.0.sql": "0c0d9018409c586ae14f2bd57bb25cbf5f03b50b522d00c5636e154fbaee94ad",
+        "pgmq-standalone--2.4.0--2.5.0.sql": "a8e2823983ee0e3d6a221a5e2528dc0f1c802bfbbfc94aa197bc2d92b51e9c5a",
+        "pgmq--1.13.0--2.5.0.sql": "3086c63afd6d4873225d6d51d53b31cb914470293e4ea44b24af3c7ca37f032a",
+        "pgmq--1.13.1--2.5.0.sql": "183a3dfee2200f9e0cf6c6510eb9f1474736ec95a7b8f4c2cf5916f55ce77a85",
+        "pgmq-standalone--1.13.0--2.5.0.sql": "524809b3e2870a559abaf0f8e80b7e29debdbf65d26d897aaded561cb8b902f3",
+        "pgmq-standalone--1.13.1--2.5.0.sql": "b53554e6306013c018b2f15d9ee06c78211444445f238d836f2869c29eb97428",
     }),
 )
 
