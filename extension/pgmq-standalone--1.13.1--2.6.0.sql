@@ -399,6 +399,8 @@ $fn$;
 COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
 
 -- _queue_privilege: a privilege of the caller on the queue's table, false when there is none.
+-- The name's checks written in (_format_table_name's errors), not called: dedup_keys' row
+-- security evaluates this for every key a sender writes.
 CREATE FUNCTION pgmq._queue_privilege(queue_name text, privilege text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -406,9 +408,14 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN (SELECT coalesce(pg_catalog.has_table_privilege(
-                                to_regclass(format('pgmq.%I', pgmq._format_table_name($1, 'q'))), $2),
-                            false));
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    RETURN coalesce(pg_catalog.has_table_privilege(to_regclass(format('pgmq.%I', lower('q_' || queue_name))), privilege),
+                    false);
 END;
 $fn$;
 
@@ -1658,6 +1665,59 @@ BEGIN
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    IF NOT v_ttl_only THEN
+        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
+        -- claimed row was not one of them
+        IF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_clean_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_clean(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        IF v_left <= 0 OR NOT v_lost THEN
+            RETURN;
+        END IF;
+    END IF;
     LOOP
         -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
@@ -1854,6 +1914,59 @@ BEGIN
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    IF NOT v_ttl_only THEN
+        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
+        -- claimed row was not one of them
+        IF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_clean_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_clean(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        IF v_left <= 0 OR NOT v_lost THEN
+            RETURN;
+        END IF;
+    END IF;
     LOOP
         -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
@@ -2447,6 +2560,118 @@ END;
 $fn$;
 
 
+-- _static_read_clean: the read_clean statement of each known queue.
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or 'lost' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN 'lost' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+
+-- _static_read_clean_ranked: the read_clean_ranked statement of each known queue.
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or 'lost' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN 'lost' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+
 -- _static_read_ttl: the read_ttl statement of each known queue.
 CREATE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
@@ -2785,6 +3010,116 @@ BEGIN
     WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+
+-- _static_pop_clean: the pop_clean statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or 'lost' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN 'lost' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+
+-- _static_pop_clean_ranked: the pop_clean_ranked statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or 'lost' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN 'lost' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
 
 END;
@@ -3596,6 +3931,194 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or ''lost'' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+-- each claimed row: taken, or ''lost'' (left for the judged round)
+SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+       CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+FROM claimed c
+LEFT JOIN done d ON d.msg_id = c.msg_id
+ORDER BY 9, 1;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or ''lost'' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+-- each claimed row: taken, or ''lost'' (left for the judged round)
+SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+       CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+FROM claimed c
+LEFT JOIN done d ON d.msg_id = c.msg_id
+ORDER BY 9, 1;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
@@ -4169,6 +4692,190 @@ FROM claimed c
 WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
 ORDER BY 9, 1
 ;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or ''lost'' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+-- each claimed row: taken, or ''lost'' (left for the judged round)
+SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+       CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+FROM claimed c
+LEFT JOIN done d ON d.msg_id = c.msg_id
+ORDER BY 9, 1;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    -- each claimed row: taken, or ''lost'' (left for the judged round)
+    SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+           CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+    FROM claimed c
+    LEFT JOIN done d ON d.msg_id = c.msg_id
+    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+-- each claimed row: taken, or ''lost'' (left for the judged round)
+SELECT c.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers,
+       CASE WHEN d.msg_id IS NULL THEN ''lost'' END AS reason, d.priority
+FROM claimed c
+LEFT JOIN done d ON d.msg_id = c.msg_id
+ORDER BY 9, 1;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),

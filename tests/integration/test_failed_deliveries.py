@@ -208,3 +208,22 @@ def test_a_flagged_message_does_not_make_a_read_come_back_short(conn, how, used_
     assert len(dead_letter(conn)) == (1 if used_up else 0)
     if not used_up:  # its next attempt
         assert column(conn, "SELECT message->>'n' FROM pgmq.read('jobs', 30, 2)") == ["1"]
+
+
+@pytest.mark.parametrize("how", ["read", "pop"])
+def test_a_message_to_judge_among_untouched_ones(conn, how):
+    """The first round of a read or pop on a queue with rules takes the claimed messages nothing
+    has happened to as they are; one that lost a delivery (here the third) is left to the judged
+    round, which counts the loss and puts it back, and the take is topped up behind it."""
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 2)")
+    conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[])")
+    conn.execute("SELECT pgmq.set_vt('jobs', ARRAY[1, 2]::bigint[], 60)")
+    with conn.transaction() as tx:
+        assert column(conn, "SELECT msg_id FROM pgmq.pop('jobs')") == [3]
+        raise psycopg.Rollback(tx)
+    conn.execute("SELECT pgmq.set_vt('jobs', ARRAY[1, 2]::bigint[], 0)")
+    fn = "pgmq.read('jobs', 30, 4)" if how == "read" else "pgmq.pop('jobs', 4)"
+    assert column(conn, f"SELECT msg_id FROM {fn}") == [1, 2, 4, 5]
+    assert conn.execute("SELECT read_ct, vt <= clock_timestamp() FROM pgmq.q_jobs WHERE msg_id = 3").fetchone() == (1, True)
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 5)") == [3]
