@@ -144,3 +144,52 @@ def test_competing_consumers_of_a_retry_policy_queue_never_come_back_empty_hande
     taken = column(setup, "SELECT msg_id FROM pgmq.pop('jobs')")
     assert taken and taken[0] != first
     locker.execute("ROLLBACK")
+
+
+def test_competing_consumers_that_roll_back_have_every_failure_counted_once(connect):
+    """Four consumers pop (one or two at a time) from a queue with a retry policy and roll back a
+    third of their takes. Every message is committed by exactly one pop, and the read_ct it is
+    handed out with equals the number of rolled-back takes of it: each lost delivery counted
+    once, whether the first (clean) round or a judged round met the message, and whichever
+    consumer did. (A poll that got nothing commits, as an autocommit poller does: it may have
+    settled a lost delivery, and a settling transaction that rolls back settles nothing.)"""
+    import random
+
+    setup = connect()
+    setup.execute("SELECT pgmq.create('jobs')")
+    setup.execute("SELECT pgmq.set_retry_policy('jobs', 1000)")
+    n = 300
+    send_n(setup, "jobs", n)
+    conns = [connect(autocommit=False) for _ in range(4)]
+    rolled_back: list[Counter] = [Counter() for _ in conns]
+    committed: list[dict[int, int]] = [{} for _ in conns]
+    barrier = threading.Barrier(len(conns))
+
+    def consumer(i: int) -> None:
+        rng = random.Random(i)
+        conn = conns[i]
+        barrier.wait()
+        dry = 0
+        while dry < 20:
+            rows = conn.execute("SELECT msg_id, read_ct FROM pgmq.pop('jobs', %s)", (rng.choice((1, 2)),)).fetchall()
+            if not rows:  # committed: it may have settled a lost delivery (which a rollback undoes)
+                conn.commit()
+                dry += 1
+                continue
+            dry = 0
+            if rng.random() < 0.33:
+                conn.rollback()
+                rolled_back[i].update(m for m, _ in rows)
+            else:
+                conn.commit()
+                committed[i].update(dict(rows))
+
+    run_threads([threading.Thread(target=consumer, args=(i,)) for i in range(len(conns))])
+    done = [m for c in committed for m in c]
+    assert sorted(done) == list(range(1, n + 1))  # each committed once, none lost
+    failures = sum(rolled_back, Counter())
+    assert sum(failures.values()) > n // 4  # the rollbacks happened
+    read_ct = {m: ct for c in committed for m, ct in c.items()}
+    assert {m: read_ct[m] for m in failures} == dict(failures)
+    assert all(read_ct[m] == 0 for m in read_ct if m not in failures)
+    assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0
