@@ -210,20 +210,28 @@ def test_a_flagged_message_does_not_make_a_read_come_back_short(conn, how, used_
         assert column(conn, "SELECT message->>'n' FROM pgmq.read('jobs', 30, 2)") == ["1"]
 
 
+@pytest.mark.parametrize("ranked", [False, True], ids=["msg_id order", "priority order"])
 @pytest.mark.parametrize("how", ["read", "pop"])
-def test_a_message_to_judge_among_untouched_ones(conn, how):
+def test_a_message_to_judge_among_untouched_ones(conn, how, ranked):
     """The first round of a read or pop on a queue with rules takes the claimed messages nothing
-    has happened to as they are; one that lost a delivery (here the third) is left to the judged
-    round, which counts the loss and puts it back, and the take is topped up behind it."""
+    has happened to as they are; one that lost a delivery (the third in delivery order) is left
+    to the judged round, which counts the loss and puts it back, and the take is topped up
+    behind it. The same on a queue that uses priorities (its ranked paths)."""
     conn.execute("SELECT pgmq.create('jobs')")
     conn.execute("SELECT pgmq.set_retry_policy('jobs', 2)")
-    conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[])")
-    conn.execute("SELECT pgmq.set_vt('jobs', ARRAY[1, 2]::bigint[], 60)")
+    # ids 1..5; with priorities 5..1 the delivery order is 5, 4, 3, 2, 1
+    conn.execute("SELECT pgmq.send_batch('jobs', ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[], "
+                 "(SELECT array_agg(jsonb_build_object('x-pgmq-priority', CASE WHEN %s THEN 6 - g ELSE 0 END) "
+                 "ORDER BY g) FROM generate_series(1, 5) g))", (ranked,))
+    order = [5, 4, 3, 2, 1] if ranked else [1, 2, 3, 4, 5]
+    ahead, lost = order[:2], order[2]
+    conn.execute("SELECT pgmq.set_vt('jobs', %s::bigint[], 60)", (ahead,))
     with conn.transaction() as tx:
-        assert column(conn, "SELECT msg_id FROM pgmq.pop('jobs')") == [3]
+        assert column(conn, "SELECT msg_id FROM pgmq.pop('jobs')") == [lost]
         raise psycopg.Rollback(tx)
-    conn.execute("SELECT pgmq.set_vt('jobs', ARRAY[1, 2]::bigint[], 0)")
+    conn.execute("SELECT pgmq.set_vt('jobs', %s::bigint[], 0)", (ahead,))
     fn = "pgmq.read('jobs', 30, 4)" if how == "read" else "pgmq.pop('jobs', 4)"
-    assert column(conn, f"SELECT msg_id FROM {fn}") == [1, 2, 4, 5]
-    assert conn.execute("SELECT read_ct, vt <= clock_timestamp() FROM pgmq.q_jobs WHERE msg_id = 3").fetchone() == (1, True)
-    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 5)") == [3]
+    assert column(conn, f"SELECT msg_id FROM {fn}") == ahead + order[3:]
+    assert conn.execute("SELECT read_ct, vt <= clock_timestamp() FROM pgmq.q_jobs WHERE msg_id = %s",
+                        (lost,)).fetchone() == (1, True)
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 5)") == [lost]
