@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.6.0"
+VERSION = "2.7.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -141,6 +141,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.5.0.sql": "183a3dfee2200f9e0cf6c6510eb9f1474736ec95a7b8f4c2cf5916f55ce77a85",
         "pgmq-standalone--1.13.0--2.5.0.sql": "524809b3e2870a559abaf0f8e80b7e29debdbf65d26d897aaded561cb8b902f3",
         "pgmq-standalone--1.13.1--2.5.0.sql": "b53554e6306013c018b2f15d9ee06c78211444445f238d836f2869c29eb97428",
+    }),
+    Release("2.6.0", {
+        "pgmq--2.6.0.sql": "eda926fb8eea64ccf533a7a3f0505afc9eebd60f514a7b090a2f6dbb375107fc",
+        "pgmq-standalone--2.6.0.sql": "4a52ecabf1f18056220d36412be6cc4be4dbf25689ee1713bc491183e1413d0c",
+        "pgmq--2.5.0--2.6.0.sql": "eb599c17ba25bb26f635774aaed8f5ec148e747bed43ba78b8c04072ecaa94b9",
+        "pgmq-standalone--2.5.0--2.6.0.sql": "3b42a1030c75dbb34531a3b3db83363ba3f477b1a02855ed8c8a53628089ee41",
+        "pgmq--1.13.0--2.6.0.sql": "ad6a9e8d654eae77a273e8aeee760145a3a4e76aa144496e39545a5b40a6a7d0",
+        "pgmq--1.13.1--2.6.0.sql": "a7bd77d00a60a67ed6c148470e2986149722decb33209455d66b8a13fd4e66cb",
+        "pgmq-standalone--1.13.0--2.6.0.sql": "dff4d0009300a58f1aaf27f7032aadbcb8f15198e67c62ea2aac35b1582ba80b",
+        "pgmq-standalone--1.13.1--2.6.0.sql": "4d63f6fb1400fd5d349858e6fa10f52ef12b12e9616d03c1adf64de9d71d6caa",
     }),
 )
 
