@@ -1612,6 +1612,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1650,47 +1651,28 @@ BEGIN
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         END IF;
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -1702,7 +1684,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1724,7 +1706,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1746,7 +1728,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1768,7 +1750,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1845,6 +1827,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1891,39 +1874,20 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -2371,6 +2335,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2459,6 +2424,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2521,8 +2487,8 @@ $fn$;
 
 
 -- _static_read_clean: the read_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2535,7 +2501,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2547,6 +2513,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2564,24 +2531,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_read_clean_ranked: the read_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2594,7 +2555,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2606,6 +2567,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2623,16 +2585,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2660,6 +2616,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2706,6 +2663,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2835,6 +2793,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2922,6 +2881,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2983,8 +2943,8 @@ $fn$;
 
 
 -- _static_pop_clean: the pop_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2997,7 +2957,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3009,6 +2969,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3025,24 +2986,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_pop_clean_ranked: the pop_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3055,7 +3010,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3067,6 +3022,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3083,16 +3039,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -3120,6 +3070,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3165,6 +3116,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3183,6 +3135,35 @@ BEGIN
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($6, 'q'))
     USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_peek: the peek statement of each known queue.
+CREATE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
 
 END;
 $fn$;
@@ -3613,6 +3594,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3683,6 +3665,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3771,6 +3754,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3841,6 +3825,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3903,8 +3888,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3917,7 +3902,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3929,6 +3914,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3946,16 +3932,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3970,6 +3950,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3987,24 +3968,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4017,7 +3992,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4029,6 +4004,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4046,16 +4022,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4070,6 +4040,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4087,19 +4058,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4124,6 +4089,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4152,6 +4118,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4198,6 +4165,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4226,6 +4194,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4397,6 +4366,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4466,6 +4436,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4553,6 +4524,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4622,6 +4594,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4683,8 +4656,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4697,7 +4670,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4709,6 +4682,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4725,16 +4699,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4749,6 +4717,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4765,24 +4734,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4795,7 +4758,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4807,6 +4770,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4823,16 +4787,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4847,6 +4805,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4863,19 +4822,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4900,6 +4853,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4927,6 +4881,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4972,6 +4927,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4999,6 +4955,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -5020,6 +4977,45 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

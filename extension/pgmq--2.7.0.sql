@@ -1423,6 +1423,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1461,47 +1462,28 @@ BEGIN
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         END IF;
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -1513,7 +1495,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1535,7 +1517,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1557,7 +1539,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1579,7 +1561,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1656,6 +1638,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1702,39 +1685,20 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -2182,6 +2146,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2270,6 +2235,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2332,8 +2298,8 @@ $fn$;
 
 
 -- _static_read_clean: the read_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2346,7 +2312,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2358,6 +2324,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2375,24 +2342,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_read_clean_ranked: the read_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2405,7 +2366,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2417,6 +2378,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2434,16 +2396,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2471,6 +2427,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2517,6 +2474,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2646,6 +2604,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2733,6 +2692,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2794,8 +2754,8 @@ $fn$;
 
 
 -- _static_pop_clean: the pop_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2808,7 +2768,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2820,6 +2780,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2836,24 +2797,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_pop_clean_ranked: the pop_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2866,7 +2821,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2878,6 +2833,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2894,16 +2850,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2931,6 +2881,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2976,6 +2927,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2994,6 +2946,35 @@ BEGIN
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($6, 'q'))
     USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_peek: the peek statement of each known queue.
+CREATE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
 
 END;
 $fn$;
@@ -3424,6 +3405,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3494,6 +3476,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3582,6 +3565,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3652,6 +3636,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3714,8 +3699,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3728,7 +3713,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3740,6 +3725,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3757,16 +3743,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3781,6 +3761,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3798,24 +3779,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3828,7 +3803,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3840,6 +3815,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3857,16 +3833,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3881,6 +3851,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3898,19 +3869,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -3935,6 +3900,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3963,6 +3929,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4009,6 +3976,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4037,6 +4005,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4208,6 +4177,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4277,6 +4247,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4364,6 +4335,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4433,6 +4405,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4494,8 +4467,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4508,7 +4481,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4520,6 +4493,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4536,16 +4510,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4560,6 +4528,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4576,24 +4545,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4606,7 +4569,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4618,6 +4581,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4634,16 +4598,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4658,6 +4616,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4674,19 +4633,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4711,6 +4664,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4738,6 +4692,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4783,6 +4738,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4810,6 +4766,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4831,6 +4788,45 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

@@ -1620,6 +1620,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1658,47 +1659,28 @@ BEGIN
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         END IF;
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -1710,7 +1692,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1732,7 +1714,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1754,7 +1736,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1776,7 +1758,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1853,6 +1835,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1899,39 +1882,20 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -2379,6 +2343,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2467,6 +2432,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2529,8 +2495,8 @@ $fn$;
 
 
 -- _static_read_clean: the read_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2543,7 +2509,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2555,6 +2521,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2572,24 +2539,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_read_clean_ranked: the read_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2602,7 +2563,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2614,6 +2575,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2631,16 +2593,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2668,6 +2624,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2714,6 +2671,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2843,6 +2801,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2930,6 +2889,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2991,8 +2951,8 @@ $fn$;
 
 
 -- _static_pop_clean: the pop_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3005,7 +2965,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3017,6 +2977,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3033,24 +2994,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_pop_clean_ranked: the pop_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3063,7 +3018,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3075,6 +3030,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3091,16 +3047,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -3128,6 +3078,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3173,6 +3124,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3191,6 +3143,35 @@ BEGIN
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($6, 'q'))
     USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_peek: the peek statement of each known queue.
+CREATE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
 
 END;
 $fn$;
@@ -3621,6 +3602,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3691,6 +3673,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3779,6 +3762,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3849,6 +3833,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3911,8 +3896,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3925,7 +3910,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3937,6 +3922,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3954,16 +3940,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3978,6 +3958,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3995,24 +3976,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4025,7 +4000,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4037,6 +4012,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4054,16 +4030,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4078,6 +4048,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4095,19 +4066,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4132,6 +4097,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4160,6 +4126,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4206,6 +4173,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4234,6 +4202,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4405,6 +4374,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4474,6 +4444,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4561,6 +4532,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4630,6 +4602,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4691,8 +4664,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4705,7 +4678,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4717,6 +4690,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4733,16 +4707,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4757,6 +4725,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4773,24 +4742,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4803,7 +4766,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4815,6 +4778,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4831,16 +4795,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4855,6 +4813,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4871,19 +4830,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4908,6 +4861,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4935,6 +4889,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4980,6 +4935,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -5007,6 +4963,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -5028,6 +4985,45 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

@@ -38,7 +38,3024 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.read(text, integer, integer, jsonb)
+-- replace: pgmq.pop(text, integer)
+-- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- gone: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- gone: pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- gone: pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- gone: pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._rebuild_static_paths(text)
+-- new: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- new: pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- new: pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- new: pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- new: pgmq._static_peek(jsonb, timestamp with time zone, text)
+
+DROP FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
+
+DROP FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
+
+DROP FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
+
+DROP FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
+
+CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    IF NOT v_ttl_only THEN
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        v_left := v_left - v_taken;
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
+            RETURN;
+        END IF;
+    END IF;
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    IF NOT v_ttl_only THEN
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        v_left := v_left - v_taken;
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
+            RETURN;
+        END IF;
+    END IF;
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN 'ttl'
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names text[];
+    v_sql   text;
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT $6, $4, nextval($7::regclass), clock_timestamp() + $5
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = $6 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($6, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, $6, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($6, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($6, ''q'')), ''msg_id'') END;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT %4$L, $4, nextval(%3$L::regclass), clock_timestamp() + $5
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = %4$L AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(n.name, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id') END, n.name)
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+RETURN FOUND;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+SELECT * FROM moved ORDER BY msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.6.0--2.7.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

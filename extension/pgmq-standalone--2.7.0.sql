@@ -1424,6 +1424,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1462,47 +1463,28 @@ BEGIN
     END IF;
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, clock_timestamp(), queue_name);
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
         END IF;
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_clean(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -1514,7 +1496,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1536,7 +1518,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1558,7 +1540,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1580,7 +1562,7 @@ BEGIN
             v_retried := false;
             v_lost := false;
             v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, clock_timestamp(), v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
                              AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
                                    vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
                 IF v_row.reason IS NULL THEN
@@ -1657,6 +1639,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -1703,39 +1686,20 @@ BEGIN
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); judged rounds only when a
-        -- claimed row was not one of them
+        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
+        -- came back short: a claimed row was not one of them, or the queue has no more
         IF v_ranked THEN
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         ELSE
-            v_lost := false;
-            v_taken := 0;
-            FOR v_row IN SELECT * FROM pgmq._static_pop_clean(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
-                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
-                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
-                IF v_row.reason IS NULL THEN
-                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
-                    RETURN NEXT v_out;
-                    v_taken := v_taken + 1;
-                ELSE
-                    v_lost := true;
-                END IF;
-            END LOOP;
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
         END IF;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
         v_left := v_left - v_taken;
-        IF v_left <= 0 OR NOT v_lost THEN
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
+        -- nothing visible left (an empty queue, say): nothing to judge either
+        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
             RETURN;
         END IF;
     END IF;
@@ -2183,6 +2147,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2271,6 +2236,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2333,8 +2299,8 @@ $fn$;
 
 
 -- _static_read_clean: the read_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2347,7 +2313,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2359,6 +2325,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2376,24 +2343,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_read_clean_ranked: the read_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2406,7 +2367,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2418,6 +2379,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2435,16 +2397,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2472,6 +2428,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2518,6 +2475,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2647,6 +2605,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2734,6 +2693,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2795,8 +2755,8 @@ $fn$;
 
 
 -- _static_pop_clean: the pop_clean statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2809,7 +2769,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2821,6 +2781,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2837,24 +2798,18 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
 
 
 -- _static_pop_clean_ranked: the pop_clean_ranked statement of each known queue.
-CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+CREATE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2867,7 +2822,7 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -2879,6 +2834,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -2895,16 +2851,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, 'q'))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $fn$;
@@ -2932,6 +2882,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2977,6 +2928,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -2995,6 +2947,35 @@ BEGIN
     ORDER BY 9, 1
     $q$, pgmq._format_table_name($6, 'q'))
     USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_peek: the peek statement of each known queue.
+CREATE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
 
 END;
 $fn$;
@@ -3425,6 +3406,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3495,6 +3477,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3583,6 +3566,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3653,6 +3637,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3715,8 +3700,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3729,7 +3714,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3741,6 +3726,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3758,16 +3744,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3782,6 +3762,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3799,24 +3780,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3829,7 +3804,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -3841,6 +3816,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -3858,16 +3834,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -3882,6 +3852,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -3899,19 +3870,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -3936,6 +3901,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -3964,6 +3930,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4010,6 +3977,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4038,6 +4006,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4209,6 +4178,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4278,6 +4248,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4365,6 +4336,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4434,6 +4406,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4495,8 +4468,8 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4509,7 +4482,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4521,6 +4494,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4537,16 +4511,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4561,6 +4529,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4577,24 +4546,18 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
-RETURNS SETOF record
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4607,7 +4570,7 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($11);
+        PERFORM pgmq._rebuild_static_paths($8);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
         -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
@@ -4619,6 +4582,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
               -- not rows another consumer changed since this snapshot (taken or leased: lost)
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
             LIMIT 2 * $1 + 32
         ) c
@@ -4635,16 +4599,10 @@ BEGIN
                    < clock_timestamp(), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
-    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    UNION ALL
-    -- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
-    -- plan: ~7 microseconds to build for a row or two)
-    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-    FROM claimed c
-    WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-    ORDER BY 9, 1$q$, pgmq._format_table_name($11, ''q''))
-    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
 $path$;',
@@ -4659,6 +4617,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
           -- not rows another consumer changed since this snapshot (taken or leased: lost)
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT 2 * $1 + 32
     ) c
@@ -4675,19 +4634,13 @@ $path$;',
                < clock_timestamp(), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
-SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-UNION ALL
--- claimed rows not taken: left for the judged round (a join here is a hash join in the generic
--- plan: ~7 microseconds to build for a row or two)
-SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
-FROM claimed c
-WHERE c.msg_id <> ALL (ARRAY(SELECT d.msg_id FROM done d))
-ORDER BY 9, 1;
+ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$11')),
+            '$8')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4712,6 +4665,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4739,6 +4693,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4784,6 +4739,7 @@ BEGIN
                                 < clock_timestamp(), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -4811,6 +4767,7 @@ $path$;',
                             < clock_timestamp(), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
     ORDER BY priority, msg_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -4832,6 +4789,45 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)

@@ -251,6 +251,30 @@ def test_competing_consumers_of_a_ttl_queue_share_everything_once(connect):
     assert scalar(setup, "SELECT count(*) FROM pgmq.q_jobs") == 0
 
 
+@pytest.mark.parametrize("rules", ["ttl", "retry policy", "message limits"])
+@pytest.mark.parametrize("vt", [0, -5])
+def test_a_lease_that_leaves_a_message_visible_is_handed_out_once_per_read(conn, queue, rules, vt):
+    """A read of 0 seconds (or less) leaves what it leased visible at once: the rounds after the
+    first (here, after a message that is dead-lettered) must not hand it out again."""
+    headers = None
+    if rules == "ttl":
+        conn.execute("SELECT pgmq.set_message_ttl('jobs', 60)")
+    elif rules == "retry policy":
+        conn.execute("SELECT pgmq.set_retry_policy('jobs', 0)")
+    else:
+        headers = {"x-pgmq-max-retries": 0}
+    stale = send(conn, "jobs", {"n": 0}, headers)
+    if rules == "ttl":
+        age(conn, "q_jobs", 120)
+    else:  # its one delivery is used up: its lease runs out and it is dead-lettered when met
+        conn.execute("SELECT * FROM pgmq.read('jobs', 0, 1)")
+    fresh = [send(conn, "jobs", {"n": i}) for i in range(1, 4)]  # (no limits of their own)
+    got = column(conn, "SELECT msg_id FROM pgmq.read('jobs', %s, 5)", (vt,))
+    assert sorted(got) == fresh  # each once, though the read asked for more
+    assert column(conn, "SELECT msg_id FROM pgmq.a_jobs") == [stale]
+    assert column(conn, "SELECT read_ct FROM pgmq.q_jobs ORDER BY msg_id") == [1, 1, 1]
+
+
 # ----------------------------------------------------------------------------- dedup
 
 def test_dedup_returns_the_original_id(conn, queue):
