@@ -899,16 +899,18 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-            PERFORM pgmq._check_headers(headers);
-        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
@@ -967,16 +969,18 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-            PERFORM pgmq._check_headers(headers);
-        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
@@ -1058,16 +1062,18 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-            PERFORM pgmq._check_headers(headers);
-        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
@@ -1123,16 +1129,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(_send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
@@ -1181,16 +1189,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -1242,16 +1252,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -1303,16 +1315,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -1364,16 +1378,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -1425,16 +1441,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -1486,16 +1504,18 @@ BEGIN
         IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
             FOREACH v_hdr IN ARRAY v_headers LOOP
                 IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-                    IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                                AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-                        PERFORM pgmq._check_headers(v_hdr);
-                    END IF;
                     IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
                         IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
@@ -5768,16 +5788,18 @@ BEGIN
             MESSAGE = 'confirm_within must be a positive number of seconds';
     END IF;
     IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-            PERFORM pgmq._check_headers(headers);
-        END IF;
         IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send_reserved.queue_name);
             END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
@@ -10893,13 +10915,13 @@ AS $fn$
 DECLARE
     v_type text;
 BEGIN
-    SELECT coalesce(s.payload_type, 'jsonb') INTO v_type
-    FROM pgmq.meta m
-    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
-    WHERE m.queue_name = _payload_type_of.queue_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
+    IF v_type IS NULL THEN
+        v_type := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+        END IF;
     END IF;
     RETURN v_type;
 END;
@@ -11311,13 +11333,13 @@ DECLARE
     v_vt      timestamp with time zone;
     v_id      bigint;
 BEGIN
-    SELECT coalesce(s.payload_type, 'jsonb') INTO v_held
-    FROM pgmq.meta m
-    LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
-    WHERE m.queue_name = send_payload.queue_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
+    IF v_held IS NULL THEN
+        v_held := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+        END IF;
     END IF;
     IF v_held <> v_given THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
@@ -11348,16 +11370,18 @@ BEGIN
     END IF;
     v_vt := clock_timestamp() + make_interval(secs => delay);
     IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
-        IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
-                    AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
-            PERFORM pgmq._check_headers(v_headers);
-        END IF;
         IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(v_headers);
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send_payload.queue_name);
             END IF;
+        ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(v_headers);
         END IF;
         IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
             IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN

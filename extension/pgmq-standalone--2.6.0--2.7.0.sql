@@ -38,6 +38,16 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb, jsonb)
+-- replace: pgmq.send(text, jsonb, jsonb, integer)
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], integer)
+-- replace: pgmq.send_batch(text, jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
@@ -53,6 +63,9 @@ $check$;
 -- replace: pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 -- replace: pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
+-- replace: pgmq._payload_type_of(text)
+-- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
 -- new: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 -- new: pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 -- new: pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
@@ -66,6 +79,575 @@ DROP FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with ti
 DROP FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
 
 DROP FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text);
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, delay);
+    ELSE
+        v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF _send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(_send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(_send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(_send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, _send_batch.queue_name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := delay;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
 
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
@@ -3056,6 +3638,155 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_reserved.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_reserved.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text;
+BEGIN
+    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
+    IF v_type IS NULL THEN
+        v_type := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+        END IF;
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    text;
+    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_message jsonb;
+    v_headers jsonb;
+    v_vt      timestamp with time zone;
+    v_id      bigint;
+BEGIN
+    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
+    IF v_held IS NULL THEN
+        v_held := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+        END IF;
+    END IF;
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_given = 'jsonb' THEN
+        v_message := payload;
+        v_headers := send_payload.headers - 'x-pgmq-payload';
+    ELSE
+        IF v_given = 'bytea' THEN
+            v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            v_message := to_jsonb(payload::text);
+        ELSE
+            v_message := pgmq._encode_payload_io(payload);
+        END IF;
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(v_headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_payload.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(v_headers);
+        END IF;
+        IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+                PERFORM pgmq._note_priorities(send_payload.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF v_headers ? 'x-pgmq-dedup-id' THEN
+        v_id := pgmq._send_dedup(send_payload.queue_name, v_message, v_headers, v_vt);
+    ELSE
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+    END IF;
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.6.0--2.7.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

@@ -44,12 +44,15 @@ def test_the_copy_fast_path_knows_every_header_send_acts_on():
 def test_the_limit_flag_and_the_delivery_rules_use_the_same_headers():
     # a header that changes delivery must flag the queue, or its reads would skip the checks
     send = body("send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)")
-    flagged = re.search(r"headers \?\| ARRAY\[([^\]]*)\] THEN\s+IF NOT EXISTS \([^;]*s\.message_limits\) THEN"
-                        r"\s+PERFORM pgmq\._note_message_limits", send).group(1)
-    assert literals(flagged) == set(headers.LIMITS)
-    # and every header the reads use as an integer is checked before that: the quick test names
-    # each of them, and whatever fails it goes to _check_headers
-    checked = re.search(r"headers \?\| ARRAY\[([^\]]*)\] THEN\s+IF NOT \((.*?)\) THEN\s+PERFORM pgmq\._check_headers",
-                        send, re.S)
+    flagged = re.search(r"headers \?\| ARRAY\[([^\]]*)\] THEN\s+IF NOT \((.*?)\) THEN\s+PERFORM pgmq\._check_headers"
+                        r"[^;]*;\s+END IF;\s+IF NOT EXISTS \([^;]*s\.message_limits\) THEN"
+                        r"\s+PERFORM pgmq\._note_message_limits", send, re.S)
+    assert literals(flagged.group(1)) == set(headers.LIMITS)
+    # and every header the reads use as an integer is checked before that: a message with one
+    # of them gets the quick test of all of them, and whatever fails it goes to _check_headers
+    assert set(re.findall(r"NOT headers \? '([^']*)'", flagged.group(2))) == {headers.PRIORITY, *headers.LIMITS}
+    # one with none of the limit headers (its integer header is its priority) gets that one tested
+    checked = re.search(r"headers \?\| ARRAY\[([^\]]*)\] THEN\s+IF headers \?\|.*?ELSIF NOT \((.*?)\) THEN"
+                        r"\s+PERFORM pgmq\._check_headers", send, re.S)
     assert literals(checked.group(1)) == {headers.PRIORITY, *headers.LIMITS}
-    assert set(re.findall(r"NOT headers \? '([^']*)'", checked.group(2))) == {headers.PRIORITY, *headers.LIMITS}
+    assert set(re.findall(r"NOT headers \? '([^']*)'", checked.group(2))) == {headers.PRIORITY}
