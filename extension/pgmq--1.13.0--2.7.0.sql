@@ -1678,23 +1678,25 @@ BEGIN
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
-    IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
-        -- came back short: a claimed row was not one of them, or the queue has no more
-        IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
-        ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
-        END IF;
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
-        IF v_left <= 0 THEN
-            RETURN;
-        END IF;
-        -- nothing visible left (an empty queue, say): nothing to judge either
-        IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
-            RETURN;
-        END IF;
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+    ELSIF v_ttl_only THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+    ELSIF v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    ELSE
+        RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    END IF;
+    GET DIAGNOSTICS v_taken = ROW_COUNT;
+    v_left := v_left - v_taken;
+    IF v_left <= 0 THEN
+        RETURN;
+    END IF;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
+        RETURN;
     END IF;
     LOOP
         -- one round: the judged statement (judged_round)
@@ -1893,23 +1895,25 @@ BEGIN
         RETURN;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
-    IF NOT v_ttl_only THEN
-        -- first the rows the rules need not judge (clean_sql); the judged rounds only when that
-        -- came back short: a claimed row was not one of them, or the queue has no more
-        IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
-        ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
-        END IF;
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
-        IF v_left <= 0 THEN
-            RETURN;
-        END IF;
-        -- nothing visible left (an empty queue, say): nothing to judge either
-        IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
-            RETURN;
-        END IF;
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+    ELSIF v_ttl_only THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+    ELSIF v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    ELSE
+        RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    END IF;
+    GET DIAGNOSTICS v_taken = ROW_COUNT;
+    v_left := v_left - v_taken;
+    IF v_left <= 0 THEN
+        RETURN;
+    END IF;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
+        RETURN;
     END IF;
     LOOP
         -- one round: the judged statement (judged_round)
@@ -2708,6 +2712,90 @@ END;
 $fn$;
 
 
+-- _static_read_ttl_clean: the read_ttl_clean statement of each known queue.
+CREATE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_read_ttl_clean_ranked: the read_ttl_clean_ranked statement of each known queue.
+CREATE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
 -- _static_pop: the pop statement of each known queue.
 CREATE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
@@ -3153,6 +3241,88 @@ BEGIN
     FROM picked p
     WHERE p.expired
     ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_pop_ttl_clean: the pop_ttl_clean statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+
+-- _static_pop_ttl_clean_ranked: the pop_ttl_clean_ranked statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
     $q$, pgmq._format_table_name($6, 'q'))
     USING $1, $2, $3, $4, $5;
 
@@ -4240,6 +4410,138 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -4992,6 +5294,134 @@ SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
 FROM picked p
 WHERE p.expired
 ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import column, scalar
 
 PATHS = ["send", "send_dedup", "send_batch", "read", "read_judged", "read_ttl", "read_clean", "pop", "pop_judged",
-         "pop_ttl", "pop_clean", "peek",
+         "pop_ttl", "pop_clean", "read_ttl_clean", "pop_ttl_clean", "peek",
          "delete", "delete_one", "archive", "set_vt"]
 
 
