@@ -7110,7 +7110,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -7281,10 +7281,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7321,10 +7323,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7367,10 +7372,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7407,10 +7414,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7575,7 +7585,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -7740,10 +7750,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7780,10 +7792,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7824,10 +7839,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7864,10 +7881,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -8032,7 +8052,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -8197,10 +8217,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8237,10 +8259,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -8281,10 +8306,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8321,10 +8348,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;

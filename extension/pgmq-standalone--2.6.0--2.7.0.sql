@@ -64,6 +64,9 @@ $check$;
 -- replace: pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
+-- replace: pgmq.read_grouped(text, integer, integer)
+-- replace: pgmq.read_grouped_rr(text, integer, integer)
+-- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._payload_type_of(text)
 -- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
 -- new: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
@@ -4111,6 +4114,1340 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- the index passes do not count groups: count what the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_rr.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_head.queue_name;
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = q.read_ct + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
 
 CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
 RETURNS text

@@ -7109,7 +7109,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -7280,10 +7280,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7320,10 +7322,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7366,10 +7371,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7406,10 +7413,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7574,7 +7584,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -7739,10 +7749,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7779,10 +7791,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -7823,10 +7838,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7863,10 +7880,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -8031,7 +8051,7 @@ BEGIN
     END IF;
 
     -- 3. lease
-    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits, false) THEN
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
             RETURN QUERY EXECUTE format(
                 $q$WITH claimed AS (
@@ -8196,10 +8216,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8236,10 +8258,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;
@@ -8280,10 +8305,12 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                    CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) AS failed,
+                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
+                                              < clock_timestamp(), false) THEN 'ttl'
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8320,10 +8347,13 @@ $q$,
 $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
-                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
                     PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
                 END IF;

@@ -112,6 +112,31 @@ def test_a_group_whose_head_is_invisible_is_skipped(fifo, reader):
     assert read(fifo, reader) == ["B1"]
 
 
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("ttl", ["queue", "header"])
+def test_a_message_past_its_ttl_is_dead_lettered_not_delivered(fifo, reader, ttl):
+    """The queue's TTL or a message's own x-pgmq-ttl: the grouped readers dead-letter a message
+    past it (reason ttl) instead of leasing it; its group goes on after it, in order."""
+    ids = send(fifo, "A1 A2 B1")
+    if ttl == "queue":
+        fifo.execute("SELECT pgmq.set_message_ttl('jobs', 60)")
+        stale = "A1"
+    else:
+        ids["C1"] = scalar(fifo, """SELECT pgmq.send('jobs', '{"tag": "C1"}'::jsonb, '{"x-pgmq-group": "C", "x-pgmq-ttl": 60}'::jsonb)""")
+        stale = "C1"
+    fifo.execute("UPDATE pgmq.q_jobs SET enqueued_at = enqueued_at - interval '2 hours' WHERE msg_id = %s",
+                 (ids[stale],))
+    seen: list[str] = []
+    for _ in range(3):  # a consumer that acknowledges what it gets
+        got = read(fifo, reader)
+        seen += got
+        fifo.execute("SELECT pgmq.delete('jobs', %s::bigint[])", ([ids[t] for t in got],))
+    assert sorted(seen) == sorted(t for t in ids if t != stale)
+    assert [t for t in seen if t.startswith("A")] == [t for t in ("A1", "A2") if t != stale]
+    assert fifo.execute("SELECT msg_id, headers->'x-pgmq-dead-letter'->>'reason' FROM pgmq.a_jobs").fetchall() == [
+        (ids[stale], "ttl")]
+
+
 def test_missing_header_means_the_default_group(fifo):
     for headers in (None, "{}", '{"other": "x"}', '{"x-pgmq-group": "_default_fifo_group"}'):
         fifo.execute("SELECT pgmq.send('jobs', jsonb_build_object('tag', 'd'), %s::jsonb)", (headers,))
