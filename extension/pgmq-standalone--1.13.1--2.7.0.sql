@@ -921,7 +921,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -991,7 +991,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -1084,7 +1084,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -1151,7 +1151,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1211,7 +1211,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1274,7 +1274,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1337,7 +1337,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1400,7 +1400,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1463,7 +1463,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1526,7 +1526,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -6238,7 +6238,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
         END IF;
@@ -11839,7 +11839,7 @@ BEGIN
             PERFORM pgmq._check_headers(v_headers);
         END IF;
         IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_payload.queue_name);
             END IF;
         END IF;

@@ -117,7 +117,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -164,7 +164,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -211,7 +211,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -260,7 +260,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
                     END IF;
@@ -319,7 +319,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -382,7 +382,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -445,7 +445,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -508,7 +508,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -571,7 +571,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -634,7 +634,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -4096,7 +4096,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
         END IF;
@@ -5535,7 +5535,7 @@ BEGIN
             PERFORM pgmq._check_headers(v_headers);
         END IF;
         IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_payload.queue_name);
             END IF;
         END IF;

@@ -725,7 +725,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -795,7 +795,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -888,7 +888,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
         END IF;
@@ -955,7 +955,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1015,7 +1015,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1078,7 +1078,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1141,7 +1141,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1204,7 +1204,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1267,7 +1267,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -1330,7 +1330,7 @@ BEGIN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
                     IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.priorities) THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
                     END IF;
@@ -6042,7 +6042,7 @@ BEGIN
             PERFORM pgmq._check_headers(headers);
         END IF;
         IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
         END IF;
@@ -11651,7 +11651,7 @@ BEGIN
             PERFORM pgmq._check_headers(v_headers);
         END IF;
         IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.priorities) THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_payload.queue_name);
             END IF;
         END IF;
