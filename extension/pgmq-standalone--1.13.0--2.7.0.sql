@@ -1857,7 +1857,6 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_now       timestamptz := clock_timestamp();
     -- settings in plain variables: delivery's queue_settings is created after core's routines
     v_policy    boolean;
     v_max       integer;
@@ -2565,7 +2564,7 @@ BEGIN
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
@@ -3104,7 +3103,7 @@ BEGIN
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
     USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
@@ -4132,7 +4131,7 @@ BEGIN
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
@@ -4168,7 +4167,7 @@ $path$;',
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-ORDER BY d.priority, d.msg_id;
+ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
@@ -5031,7 +5030,7 @@ BEGIN
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
     FROM done d
-    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
     USING $1, $2, $3, $4, $5, $6, $7;
 
 END;
@@ -5066,7 +5065,7 @@ $path$;',
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
 FROM done d
-ORDER BY d.priority, d.msg_id;
+ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
