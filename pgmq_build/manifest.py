@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.7.0"
+VERSION = "2.8.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -151,6 +151,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.6.0.sql": "a7bd77d00a60a67ed6c148470e2986149722decb33209455d66b8a13fd4e66cb",
         "pgmq-standalone--1.13.0--2.6.0.sql": "dff4d0009300a58f1aaf27f7032aadbcb8f15198e67c62ea2aac35b1582ba80b",
         "pgmq-standalone--1.13.1--2.6.0.sql": "4d63f6fb1400fd5d349858e6fa10f52ef12b12e9616d03c1adf64de9d71d6caa",
+    }),
+    Release("2.7.0", {
+        "pgmq--2.7.0.sql": "aa87df149d024e2bc039c3fa675dc5d2e0966fd3393021ffda6fdf75a9ce5dc1",
+        "pgmq-standalone--2.7.0.sql": "be3a27ab09ea2a517253d686322149f6eaac7ab00f4186a10b5c01a81ad44046",
+        "pgmq--2.6.0--2.7.0.sql": "943188d49b780275def3fcdda01eb8d9659bc12cee063a5e26a7f1b48c28f132",
+        "pgmq-standalone--2.6.0--2.7.0.sql": "49506ab0900c40f93d26c8f2918ddc6421ef687014808f2775ba6eb831483c94",
+        "pgmq--1.13.0--2.7.0.sql": "8ec9700d56f2132f1423093a546870f1482028eaffb8ea82ee68f158c051527c",
+        "pgmq--1.13.1--2.7.0.sql": "412ef37eeb1451fc2d47e37dc49f88adcee6e68861dec0f9d11a886294f8cccc",
+        "pgmq-standalone--1.13.0--2.7.0.sql": "4d11aa87f3f8e1a6a0fcf0a2b7188de6c44bc12f81be536f2d7f9de89fa0e3c3",
+        "pgmq-standalone--1.13.1--2.7.0.sql": "e698acc583dfe57731d408a761314ee939bf8543898938c277519e3b5e6d3219",
     }),
 )
 
