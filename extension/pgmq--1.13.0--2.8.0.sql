@@ -919,7 +919,13 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        v_id := pgmq._send_dedup(send.queue_name, msg, headers, delay);
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
     ELSE
         v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
     END IF;
@@ -989,7 +995,13 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(v_delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
     ELSE
         v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
@@ -1082,7 +1094,13 @@ BEGIN
         END IF;
     END IF;
     IF headers ? 'x-pgmq-dedup-id' THEN
-        v_id := pgmq._send_dedup(send.queue_name, msg, headers, v_delay);
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(v_delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
     ELSE
         v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
     END IF;
@@ -2191,11 +2209,12 @@ $fn$;
 
 
 -- _static_send_dedup: the send_dedup statement of each known queue.
-CREATE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
+CREATE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_value bigint;
@@ -2204,13 +2223,15 @@ BEGIN
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($6);
+        PERFORM pgmq._rebuild_static_paths($5);
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $6, $4, nextval($7::regclass), clock_timestamp() + $5
+        SELECT $5, $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $6 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -2218,8 +2239,8 @@ BEGIN
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
     SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
-    RETURNING msg_id$q$, pgmq._format_table_name($6, 'q'))
-    INTO v_value USING $1, $2, $3, $4, $5, $6, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($6, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($6, 'q')), 'msg_id') END;
+    RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
+    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
     RETURN v_value;
 
 END;
@@ -3544,11 +3565,12 @@ RETURN v_value;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_value bigint;
@@ -3557,13 +3579,15 @@ BEGIN
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
-        PERFORM pgmq._rebuild_static_paths($6);
+        PERFORM pgmq._rebuild_static_paths($5);
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $6, $4, nextval($7::regclass), clock_timestamp() + $5
+        SELECT $5, $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $6 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -3571,8 +3595,8 @@ BEGIN
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
     SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
-    RETURNING msg_id$q$, pgmq._format_table_name($6, ''q''))
-    INTO v_value USING $1, $2, $3, $4, $5, $6, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($6, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($6, ''q'')), ''msg_id'') END;
+    RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
     RETURN v_value;
 
 END;
@@ -3580,7 +3604,9 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('WITH k AS (
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-    SELECT %4$L, $4, nextval(%3$L::regclass), clock_timestamp() + $5
+    SELECT %4$L, $4, nextval(%3$L::regclass),
+           clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                               WHERE s.queue_name = %4$L), 300))
     WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
                       WHERE l.queue_name = %4$L AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
     ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
@@ -3595,7 +3621,7 @@ INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(n.name, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id') END, n.name)
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
-            '$6')),
+            '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -6146,35 +6172,19 @@ $fn$;
 COMMENT ON FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer) IS 'Replace the payload of an in-flight (leased) message, extend its lease to vt seconds from now and allow extra_retries more deliveries. False when the message is not in flight.';
 
 -- features/delivery/functions/dedup.sql.j2
--- _send_dedup: send unless a message with the same x-pgmq-dedup-id was sent to this queue
--- within its dedup window; then return that message's id and add nothing. Concurrent senders
--- of one id serialise on the key's unique index, so exactly one message results.
-CREATE FUNCTION pgmq._send_dedup(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+-- _dedup_msg_id: the message a live x-pgmq-dedup-id of this queue made (a send whose key was
+-- live: the static path send_dedup added nothing). Never a sequential scan: its plan is kept for
+-- the session and the key table may have been nearly empty when it was made.
+CREATE FUNCTION pgmq._dedup_msg_id(queue_name text, dedup_id text)
 RETURNS bigint
 LANGUAGE plpgsql
-VOLATILE
+STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
-DECLARE
-    v_key    text := headers->>'x-pgmq-dedup-id';
-    v_window integer;
-    v_id     bigint;
 BEGIN
-    -- Checked first: an unknown queue is 42P01, and its window is needed.
-    SELECT s.dedup_window INTO v_window
-    FROM pgmq.meta m LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
-    WHERE m.queue_name = _send_dedup.queue_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', queue_name);
-    END IF;
-    -- the queue's static path: key and message in one statement, planned once per session
-    v_id := pgmq._static_send_dedup(delay, msg, headers, v_key,
-                                            make_interval(secs => coalesce(v_window, 300)), queue_name);
-    IF v_id IS NULL THEN  -- a live key: the message it made
-        SELECT k.msg_id INTO v_id FROM pgmq.dedup_keys k
-        WHERE k.queue_name = _send_dedup.queue_name AND k.dedup_id = v_key;
-    END IF;
-    RETURN v_id;
+    RETURN (SELECT k.msg_id FROM pgmq.dedup_keys k
+            WHERE k.queue_name = _dedup_msg_id.queue_name AND k.dedup_id = _dedup_msg_id.dedup_id);
 END;
 $fn$;
 
@@ -11849,7 +11859,13 @@ BEGIN
         END IF;
     END IF;
     IF v_headers ? 'x-pgmq-dedup-id' THEN
-        v_id := pgmq._send_dedup(send_payload.queue_name, v_message, v_headers, v_vt);
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(v_vt, v_message, v_headers, v_headers->>'x-pgmq-dedup-id', send_payload.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send_payload.queue_name, v_headers->>'x-pgmq-dedup-id');
+        END IF;
     ELSE
         v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
     END IF;

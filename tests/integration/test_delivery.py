@@ -380,6 +380,22 @@ def test_a_dedup_send_needs_the_sequence_that_queue_access_grants(conn, make_rol
     assert column(conn, "SELECT dedup_id FROM pgmq.dedup_keys") == ["k"]
 
 
+def test_dedup_sends_planned_on_an_empty_key_table_never_scan_it(conn, queue):
+    # A session keeps its plans: made just after the (empty) key table was vacuumed, 2.7.0's
+    # live-key test scanned the whole table on every later send of the session (EXISTS is
+    # planned for its first row, which makes a one-page scan look cheaper than the index).
+    conn.execute("VACUUM ANALYZE pgmq.dedup_keys")
+    sends = ("SELECT count(*) FROM generate_series(1, 40) i, "
+             "pgmq.send('jobs', '{}'::jsonb, jsonb_build_object('x-pgmq-dedup-id', 'k' || i))")
+    scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'pgmq.dedup_keys'::regclass"
+    with conn.transaction():
+        before = scalar(conn, scans) or 0
+        assert scalar(conn, sends) == 40  # new keys: the static path
+        assert scalar(conn, sends) == 40  # live keys: the message each made
+        assert scalar(conn, scans) == before
+    assert scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 40
+
+
 # ----------------------------------------------------------------------------- checkpoint
 
 def test_checkpoint_replaces_payload_and_extends_lease(conn, queue):
