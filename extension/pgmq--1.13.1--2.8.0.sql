@@ -6191,7 +6191,10 @@ $fn$;
 -- _forget_dedup_keys: the dedup keys of queues whose meta rows were deleted (drop_queue, or a
 -- trusted role deleting the row of a queue whose tables are gone), as ON DELETE CASCADE did.
 -- SECURITY DEFINER: a queue whose table is gone has no sender left that row security would let
--- delete its keys; it deletes only the keys of the rows the statement deleted.
+-- delete its keys; it deletes only the keys of the rows the statement deleted. Every spelling:
+-- a send to the queue's name in another case (one table, format_table_name lowercases) keeps
+-- its keys under the name it was given, and a queue made again under the name must not find
+-- them (a scan of the key table, once per drop).
 CREATE FUNCTION pgmq._forget_dedup_keys()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -6200,7 +6203,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    DELETE FROM pgmq.dedup_keys k USING changed c WHERE k.queue_name = c.queue_name;
+    DELETE FROM pgmq.dedup_keys k USING changed c WHERE lower(k.queue_name) = lower(c.queue_name);
     RETURN NULL;
 END;
 $fn$;

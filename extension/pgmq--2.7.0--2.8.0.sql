@@ -16,6 +16,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- gone: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, interval, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- gone: pgmq._send_dedup(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq._forget_dedup_keys()
 -- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
 -- new: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 -- new: pgmq._dedup_msg_id(text, text)
@@ -2357,6 +2358,21 @@ BEGIN
             WHERE k.queue_name = _dedup_msg_id.queue_name AND k.dedup_id = _dedup_msg_id.dedup_id);
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._forget_dedup_keys()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    DELETE FROM pgmq.dedup_keys k USING changed c WHERE lower(k.queue_name) = lower(c.queue_name);
+    RETURN NULL;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._forget_dedup_keys() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
 RETURNS bigint

@@ -10,7 +10,7 @@ from pglast.parser import ParseError
 
 from ..manifest import Manifest
 from .rules import RULES, pgmq001_parses
-from .script import TARGETS, Problem, Script, routine_keys
+from .script import TARGETS, Problem, Script, previous_transition_tables, routine_keys
 
 __all__ = ["Problem", "lint_script"]
 
@@ -27,12 +27,12 @@ def lint_script(sql: str, manifest: Manifest, target: str = "extension",
     problems = pgmq001_parses(sql, target, upgrade=previous is not None)
     if problems:
         return problems
-    keys = None
+    keys, transitions = None, None
     if previous is not None:
         try:
-            keys = routine_keys(previous)
+            keys, transitions = routine_keys(previous), previous_transition_tables(previous)
         except ParseError as exc:
             return [Problem("PGMQ001", "script", f"the previous version's script does not parse: {exc.args[0]}", 1)]
-    script = Script.parse(sql, manifest, target, keys)
+    script = Script.parse(sql, manifest, target, keys, transitions)
     found = dict.fromkeys(p for rule in RULES for p in rule(script))  # de-duplicated, ordered
     return sorted(found, key=lambda p: (p.line, p.code))

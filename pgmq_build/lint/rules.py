@@ -15,7 +15,15 @@ from pglast.parser import ParseError
 
 from .. import errors
 from . import sqlast
-from .script import Problem, Script, Statement, error_offset, problem, strip_guard
+from .script import (
+    Problem,
+    Script,
+    Statement,
+    error_offset,
+    problem,
+    strip_guard,
+    transition_tables,
+)
 
 PINNED_SEARCH_PATH = ["pg_catalog", "pg_temp"]
 ROUTINE_OBJECTS = (ObjectType.OBJECT_FUNCTION, ObjectType.OBJECT_PROCEDURE,
@@ -187,14 +195,11 @@ def _unqualified(stmts: object) -> list[str]:
 
 
 def _transition_tables(script: Script) -> dict[str, set[str]]:
-    """Trigger function name -> the transition tables (REFERENCING ... AS name) of the script's
-    triggers that run it: a trigger function reads them by their bare names."""
-    found: dict[str, set[str]] = {}
-    for stmt in script.statements:
-        if isinstance(stmt.node, ast.CreateTrigStmt):
-            fn = ".".join(n.sval for n in stmt.node.funcname)
-            for rel in stmt.node.transitionRels or ():
-                found.setdefault(fn, set()).add(rel.name)
+    """The transition tables each trigger function may read: its triggers' in this script, and
+    in an upgrade script the previous version's too."""
+    found = transition_tables(stmt.node for stmt in script.statements)
+    for fn, names in script.previous_transitions.items():
+        found.setdefault(fn, set()).update(names)
     return found
 
 

@@ -74,6 +74,24 @@ def routine_keys(sql: str) -> frozenset[tuple[str, str]]:
     return frozenset((n.funcname[-1].sval, sqlast.identity_args(n)) for _, n in routine_statements(sql))
 
 
+def transition_tables(nodes: Iterator[ast.Node] | list[ast.Node]) -> dict[str, set[str]]:
+    """Trigger function name -> the transition tables (REFERENCING ... AS name) of the triggers
+    among these statements that run it: a trigger function reads them by their bare names."""
+    found: dict[str, set[str]] = {}
+    for node in nodes:
+        if isinstance(node, ast.CreateTrigStmt):
+            fn = ".".join(n.sval for n in node.funcname)
+            for rel in node.transitionRels or ():
+                found.setdefault(fn, set()).add(rel.name)
+    return found
+
+
+def previous_transition_tables(sql: str) -> dict[str, set[str]]:
+    """transition_tables of a previous version's install script: its triggers stay through an
+    upgrade that replaces only their functions."""
+    return transition_tables(raw.stmt for raw in parse_sql(blank_guard(sql)))
+
+
 def error_offset(exc: ParseError) -> int | None:
     return exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else None
 
@@ -209,6 +227,8 @@ class Script:
     # An upgrade script: the routines of the version it upgrades from, as (name, identity
     # arguments). None: an install script.
     previous: frozenset[tuple[str, str]] | None = None
+    # An upgrade script: the previous version's triggers' transition tables (transition_tables).
+    previous_transitions: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def upgrade(self) -> bool:
@@ -216,7 +236,8 @@ class Script:
 
     @classmethod
     def parse(cls, sql: str, manifest: Manifest, target: str,
-              previous: frozenset[tuple[str, str]] | None = None) -> Script:
+              previous: frozenset[tuple[str, str]] | None = None,
+              previous_transitions: dict[str, set[str]] | None = None) -> Script:
         """Parse a script that PGMQ001 accepted."""
         text = strip_guard(sql, target, upgrade=previous is not None)
         statements, routines = [], []
@@ -230,7 +251,7 @@ class Script:
                 routine = Routine(stmt, manifest.schema)
                 compile_routine(routine)
                 routines.append(routine)
-        return cls(text, manifest, target, statements, routines, previous)
+        return cls(text, manifest, target, statements, routines, previous, previous_transitions or {})
 
     def policy(self, routine: Routine) -> Policy | None:
         """The manifest's policy of a routine (None: it has none, or it is not in our schema)."""

@@ -439,3 +439,20 @@ def test_rendered_scripts_lint_clean(target: str) -> None:
     files = render_all(MANIFEST)
     name = standalone_name(MANIFEST) if target == "standalone" else f"pgmq--{MANIFEST.version}.sql"
     assert lint_script(files[name], MANIFEST, target) == []
+
+
+TRIGGER_FN = f"""CREATE FUNCTION pgmq.t() RETURNS trigger LANGUAGE plpgsql VOLATILE {PINNED}
+AS $fn$ BEGIN DELETE FROM pgmq.meta m USING changed c WHERE m.queue_name = c.queue_name; RETURN NULL; END $fn$;
+"""
+TRIGGER = ("CREATE TRIGGER t AFTER DELETE ON pgmq.meta REFERENCING OLD TABLE AS changed "
+           "FOR EACH STATEMENT EXECUTE FUNCTION pgmq.t();\n")
+
+
+def test_a_trigger_function_reads_its_transition_tables_by_bare_name() -> None:
+    manifest = dataclasses.replace(M, routines=(*M.routines, *policies("t")))
+    assert codes(script(extra=TRIGGER_FN + TRIGGER), manifest=manifest) == []
+    assert codes(script(extra=TRIGGER_FN), manifest=manifest) == ["PGMQ006"]
+    # an upgrade that replaces only the function: the trigger is the previous version's
+    upgrade = script(f="", head=upgrade_guard(M.version) + "\n", extra=TRIGGER_FN)
+    assert lint_script(upgrade, manifest, previous=script(extra=TRIGGER_FN + TRIGGER)) == []
+    assert [p.code for p in lint_script(upgrade, manifest, previous=script())] == ["PGMQ006"]
