@@ -2227,11 +2227,11 @@ BEGIN
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $5, $4, nextval($6::regclass),
+        SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                    WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -3583,11 +3583,11 @@ BEGIN
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $5, $4, nextval($6::regclass),
+        SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                    WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -3604,11 +3604,11 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('WITH k AS (
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-    SELECT %4$L, $4, nextval(%3$L::regclass),
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
            clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                WHERE s.queue_name = %4$L), 300))
     WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                      WHERE l.queue_name = %4$L AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
     ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
         SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
         WHERE k.expires_at <= clock_timestamp()
@@ -5758,7 +5758,8 @@ CREATE TABLE pgmq.queue_settings (
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
 
--- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at. No
+-- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at, under
+-- the queue's name lowercased (one namespace per queue table, whatever the spelling). No
 -- foreign key to meta: its check would lock the queue's meta row for every send with a key
 -- (a WAL record per transaction, a MultiXact among concurrent senders); the keys of a queue
 -- that is dropped go with it by the trigger dedup_keys_of_dropped_queues (functions/dedup.sql.j2).
@@ -6184,17 +6185,15 @@ SET enable_seqscan = off
 AS $fn$
 BEGIN
     RETURN (SELECT k.msg_id FROM pgmq.dedup_keys k
-            WHERE k.queue_name = _dedup_msg_id.queue_name AND k.dedup_id = _dedup_msg_id.dedup_id);
+            WHERE k.queue_name = lower(_dedup_msg_id.queue_name) AND k.dedup_id = _dedup_msg_id.dedup_id);
 END;
 $fn$;
 
 -- _forget_dedup_keys: the dedup keys of queues whose meta rows were deleted (drop_queue, or a
 -- trusted role deleting the row of a queue whose tables are gone), as ON DELETE CASCADE did.
 -- SECURITY DEFINER: a queue whose table is gone has no sender left that row security would let
--- delete its keys; it deletes only the keys of the rows the statement deleted. Every spelling:
--- a send to the queue's name in another case (one table, format_table_name lowercases) keeps
--- its keys under the name it was given, and a queue made again under the name must not find
--- them (a scan of the key table, once per drop).
+-- delete its keys; it deletes only the keys of the rows the statement deleted (kept under the
+-- name lowercased: static path send_dedup).
 CREATE FUNCTION pgmq._forget_dedup_keys()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -6203,7 +6202,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    DELETE FROM pgmq.dedup_keys k USING changed c WHERE lower(k.queue_name) = lower(c.queue_name);
+    DELETE FROM pgmq.dedup_keys k USING changed c WHERE k.queue_name = lower(c.queue_name);
     RETURN NULL;
 END;
 $fn$;

@@ -7,7 +7,12 @@
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 -- ---------------------------------------------------------------- pre: templates/upgrades/2.7.0--2.8.0/pre.sql.j2
--- (nothing)
+DELETE FROM pgmq.dedup_keys k
+USING pgmq.dedup_keys o
+WHERE lower(o.queue_name) = lower(k.queue_name) AND o.dedup_id = k.dedup_id
+  AND o.queue_name <> k.queue_name
+  AND (o.expires_at, o.queue_name) > (k.expires_at, k.queue_name);
+UPDATE pgmq.dedup_keys SET queue_name = lower(queue_name) WHERE queue_name <> lower(queue_name);
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
@@ -201,11 +206,11 @@ BEGIN
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $5, $4, nextval($6::regclass),
+        SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                    WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -295,11 +300,11 @@ BEGIN
     END IF;
     EXECUTE format($q$WITH k AS (
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-        SELECT $5, $4, nextval($6::regclass),
+        SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                    WHERE s.queue_name = $5), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                          WHERE l.queue_name = $5 AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
             SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
             WHERE k.expires_at <= clock_timestamp()
@@ -316,11 +321,11 @@ $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('WITH k AS (
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
-    SELECT %4$L, $4, nextval(%3$L::regclass),
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
            clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
                                                                WHERE s.queue_name = %4$L), 300))
     WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
-                      WHERE l.queue_name = %4$L AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
     ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
         SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
         WHERE k.expires_at <= clock_timestamp()
@@ -2355,7 +2360,7 @@ SET enable_seqscan = off
 AS $fn$
 BEGIN
     RETURN (SELECT k.msg_id FROM pgmq.dedup_keys k
-            WHERE k.queue_name = _dedup_msg_id.queue_name AND k.dedup_id = _dedup_msg_id.dedup_id);
+            WHERE k.queue_name = lower(_dedup_msg_id.queue_name) AND k.dedup_id = _dedup_msg_id.dedup_id);
 END;
 $fn$;
 
@@ -2367,7 +2372,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    DELETE FROM pgmq.dedup_keys k USING changed c WHERE lower(k.queue_name) = lower(c.queue_name);
+    DELETE FROM pgmq.dedup_keys k USING changed c WHERE k.queue_name = lower(c.queue_name);
     RETURN NULL;
 END;
 $fn$;

@@ -362,18 +362,20 @@ def test_dropping_a_queue_drops_its_dedup_keys(conn):
     assert column(conn, "SELECT queue_name FROM pgmq.dedup_keys") == ["other"]
 
 
-def test_a_dedup_send_to_the_name_in_another_case_is_sent_and_its_keys_go_with_the_queue(conn):
-    # one queue, one table (format_table_name lowercases), as a plain send finds it; the keys of
-    # that spelling are its own, and drop_queue takes them too: a queue made again under the
-    # name must not answer a send with a message of the dropped one
-    conn.execute("SELECT pgmq.create('jobs')")
+def test_every_spelling_of_a_queue_name_shares_its_dedup_keys(conn):
+    # one queue, one table (format_table_name lowercases): a plain send reaches it under any
+    # spelling, and so does a dedup send, with the same keys (kept under the name lowercased);
+    # drop_queue takes them, so a queue made again under the name starts without them
+    conn.execute("SELECT pgmq.create('Jobs')")
     first = send(conn, "Jobs", {"n": 1}, {"x-pgmq-dedup-id": "k"})
-    assert send(conn, "Jobs", {"n": 2}, {"x-pgmq-dedup-id": "k"}) == first
+    assert send(conn, "jobs", {"n": 2}, {"x-pgmq-dedup-id": "k"}) == first
+    assert send(conn, "JOBS", {"n": 3}, {"x-pgmq-dedup-id": "k"}) == first
     assert column(conn, "SELECT message->>'n' FROM pgmq.q_jobs") == ["1"]
-    assert scalar(conn, "SELECT pgmq.drop_queue('jobs')") is True
+    assert column(conn, "SELECT queue_name FROM pgmq.dedup_keys") == ["jobs"]
+    assert scalar(conn, "SELECT pgmq.drop_queue('Jobs')") is True
     assert scalar(conn, "SELECT count(*) FROM pgmq.dedup_keys") == 0
-    conn.execute("SELECT pgmq.create('jobs')")
-    again = send(conn, "Jobs", {"n": 3}, {"x-pgmq-dedup-id": "k"})
+    conn.execute("SELECT pgmq.create('Jobs')")
+    again = send(conn, "jobs", {"n": 4}, {"x-pgmq-dedup-id": "k"})
     assert column(conn, "SELECT msg_id FROM pgmq.q_jobs") == [again]
     with raises_sql("42P01"):  # an unknown queue, as a plain send says it
         send(conn, "nope", {}, {"x-pgmq-dedup-id": "k"})

@@ -46,7 +46,7 @@ def dedup_roundtrip(conn: psycopg.Connection, q: str) -> None:
     sql = "SELECT pgmq.send(%s, '{}', '{\"x-pgmq-dedup-id\": \"rt\"}'::jsonb)"
     first = scalar(conn, sql, (q,))
     assert scalar(conn, sql, (q,)) == first
-    assert scalar(conn, "SELECT msg_id FROM pgmq.dedup_keys WHERE queue_name = %s", (q,)) == first
+    assert scalar(conn, "SELECT msg_id FROM pgmq.dedup_keys WHERE queue_name = lower(%s)", (q,)) == first
     assert scalar(conn, "SELECT pgmq.delete(%s, %s::bigint)", (q, first)) is True
 
 

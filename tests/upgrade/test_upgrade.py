@@ -77,6 +77,23 @@ def test_alter_extension_update_equals_a_fresh_install(dbs, role, partman_availa
     assert_same(upgraded, fresh)
 
 
+def test_dedup_keys_move_under_their_queues_lowercased_name(dbs):
+    # 2.7.0 kept a key under the name as sent (only the catalog's spelling was accepted); from
+    # 2.8.0 every spelling shares the keys, under the name lowercased
+    with connected(dbs.create("keys")) as c:
+        c.execute("CREATE EXTENSION pgmq VERSION '2.7.0'")
+        c.execute("SELECT pgmq.create('Jobs')")
+        dedup = "SELECT pgmq.send(%s, '{}', '{\"x-pgmq-dedup-id\": \"k\"}'::jsonb)"
+        first = scalar(c, dedup, ("Jobs",))
+        assert column(c, "SELECT queue_name FROM pgmq.dedup_keys") == ["Jobs"]
+        c.execute("ALTER EXTENSION pgmq UPDATE")
+        assert column(c, "SELECT queue_name FROM pgmq.dedup_keys") == ["jobs"]
+        assert scalar(c, dedup, ("jobs",)) == first and scalar(c, dedup, ("Jobs",)) == first
+        assert scalar(c, "SELECT count(*) FROM pgmq.q_jobs") == 1
+        assert scalar(c, "SELECT pgmq.drop_queue('Jobs')") is True
+        assert scalar(c, "SELECT count(*) FROM pgmq.dedup_keys") == 0
+
+
 def test_install_cli_updates_the_extension(dbs):
     a = dbs.create("cli")
     with connected(a) as c:
