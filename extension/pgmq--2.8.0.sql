@@ -3196,6 +3196,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3218,6 +3219,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3242,6 +3244,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3270,6 +3273,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -5310,6 +5314,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5338,6 +5343,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5368,6 +5374,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5408,6 +5415,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

@@ -3393,6 +3393,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3415,6 +3416,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3439,6 +3441,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3467,6 +3470,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -5507,6 +5511,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5535,6 +5540,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5565,6 +5571,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5605,6 +5612,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

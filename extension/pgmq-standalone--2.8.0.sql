@@ -3197,6 +3197,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3219,6 +3220,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3243,6 +3245,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -3271,6 +3274,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_count bigint;
@@ -5311,6 +5315,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5339,6 +5344,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5369,6 +5375,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;
@@ -5409,6 +5416,7 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $path$
 DECLARE
     v_count bigint;

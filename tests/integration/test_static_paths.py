@@ -176,3 +176,27 @@ def test_concurrent_creates_never_fail_and_every_queue_ends_static(connect):
             for j in range(5):
                 assert scalar(c, "SELECT count(*) FROM pgmq.read(%s, 30, 5)", (f"c{i}_{j}",)) == 1
         assert routed(c) == sorted(f"c{i}_{j}" for i in range(4) for j in range(5))
+
+
+@pytest.mark.parametrize("ack", [
+    "SELECT * FROM pgmq.delete('jobs', %s::bigint[])",
+    "SELECT pgmq.delete('jobs', (%s::bigint[])[1])",
+    "SELECT * FROM pgmq.archive('jobs', %s::bigint[])",
+    "SELECT * FROM pgmq.set_vt('jobs', %s::bigint[], 0)",
+])
+def test_acknowledgements_planned_on_a_nearly_empty_queue_never_scan_it(conn, ack):
+    # A session keeps its plans: made while the queue table held one page (a new or drained
+    # queue), 2.7.0's `msg_id = ANY(...)` statements scanned the whole table on every later
+    # call of the session once a burst had filled it, until an autoanalyze replanned them.
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("SELECT pgmq.send_batch('jobs', array_fill('{}'::jsonb, ARRAY[3]))")
+    conn.execute("VACUUM ANALYZE pgmq.q_jobs")
+    for _ in range(8):  # past the plan cache's five custom plans: the session's generic plan
+        conn.execute(ack, ([0],))
+    conn.execute("SELECT pgmq.send_batch('jobs', array_fill('{}'::jsonb, ARRAY[5000]))")
+    scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'pgmq.q_jobs'::regclass"
+    with conn.transaction():
+        before = scalar(conn, scans) or 0
+        for i in range(5):
+            assert column(conn, ack, ([100 + i],)) not in ([], [None], [False])  # it found the row
+        assert scalar(conn, scans) == before
