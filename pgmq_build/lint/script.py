@@ -7,7 +7,7 @@ bodies are kept (not raised) so PGMQ004 can report them while other rules use wh
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -74,7 +74,7 @@ def routine_keys(sql: str) -> frozenset[tuple[str, str]]:
     return frozenset((n.funcname[-1].sval, sqlast.identity_args(n)) for _, n in routine_statements(sql))
 
 
-def transition_tables(nodes: Iterator[ast.Node] | list[ast.Node]) -> dict[str, set[str]]:
+def transition_tables(nodes: Iterable[ast.Node]) -> dict[str, set[str]]:
     """Trigger function name -> the transition tables (REFERENCING ... AS name) of the triggers
     among these statements that run it: a trigger function reads them by their bare names."""
     found: dict[str, set[str]] = {}
