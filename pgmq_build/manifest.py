@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.8.0"
+VERSION = "2.9.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -161,6 +161,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.7.0.sql": "412ef37eeb1451fc2d47e37dc49f88adcee6e68861dec0f9d11a886294f8cccc",
         "pgmq-standalone--1.13.0--2.7.0.sql": "4d11aa87f3f8e1a6a0fcf0a2b7188de6c44bc12f81be536f2d7f9de89fa0e3c3",
         "pgmq-standalone--1.13.1--2.7.0.sql": "e698acc583dfe57731d408a761314ee939bf8543898938c277519e3b5e6d3219",
+    }),
+    Release("2.8.0", {
+        "pgmq--2.8.0.sql": "11a379067175698d752e4dabd1b9665580cd21a6c7d06bff64d0358b0c6b2c37",
+        "pgmq-standalone--2.8.0.sql": "c4d7f14a48087e7befef348987a315bc72b362e3a9b0af926e099ba4558b624f",
+        "pgmq--2.7.0--2.8.0.sql": "aba7bce667b29af17a36c35183b663f078cf5228f4d6553c6c0aa2c9debaba0e",
+        "pgmq-standalone--2.7.0--2.8.0.sql": "8769a3c09ee2e2c99d90a4346c95a44bc13eb76597da31ca70098218b33ab9a5",
+        "pgmq--1.13.0--2.8.0.sql": "e05a414e3b9a178634de6d21444fa46b020193315281def02134ab587a1422b3",
+        "pgmq--1.13.1--2.8.0.sql": "f042e66e137da8e5d44aa8eb916c81c15d72ef5e5c7a0ac275d5f58c6910d796",
+        "pgmq-standalone--1.13.0--2.8.0.sql": "4f0a45e55c8414dd3699868162712e902eb4928789c0dd4c3ff456523e538f5d",
+        "pgmq-standalone--1.13.1--2.8.0.sql": "0373e5d52c1dc0aa196d80db260919c4337853327dc7b09b2be018b1e9f96b65",
     }),
 )
 
