@@ -10,7 +10,292 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq._make_callback_runner(name)
+-- drop-create: pgmq.list_callbacks() (result changed from TABLE(queue_name text, callback text, registered_at timestamp with time zone) to TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name))
+-- replace: pgmq._dispatch_one(text)
+-- replace: pgmq._callback_queues(text)
+-- replace: pgmq.dispatch(text, integer)
+
+DROP FUNCTION pgmq.list_callbacks();
+
+CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_headers jsonb;
+    v_policy  pgmq.queue_settings;
+    v_back_at timestamptz;
+BEGIN
+    EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
+    INTO v_headers
+    USING msg_id;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
+    -- One clock reading: vt = last_read_at marks the message as no longer leased.
+    v_back_at := clock_timestamp() + CASE
+        WHEN v_policy.queue_name IS NULL THEN make_interval(secs => least(1 * power(2, least(greatest(attempts, 1), 30) - 1), 300))
+        ELSE make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay)) END;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2, vt = $3, last_read_at = $3,
+               headers = CASE WHEN $4::text IS NULL THEN headers
+                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, attempts, v_back_at, error;
+    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq._make_callback_runner(role_name name)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_name   text := '_callback_as_' || md5(role_name);
+    v_fn     regprocedure := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+       OR NOT pg_catalog.pg_has_role(v_caller, role_name, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
+    END IF;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+        RETURN;
+    END IF;
+    -- One maker at a time per role; a second one finds the runner made.
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+        RETURN;
+    END IF;
+    IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
+        EXECUTE format('DROP FUNCTION pgmq.%I(text, jsonb)', v_name);
+    END IF;
+    EXECUTE format('CREATE FUNCTION pgmq.%I(queue_name text, message jsonb) RETURNS void '
+                   'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
+                   v_name, 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
+    FROM pgmq.callbacks c
+    JOIN pg_catalog.pg_proc p ON p.oid = c.callback
+    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    v_held := ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable);
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries).
+    PERFORM pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', true);
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;');
+    EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I(text, jsonb) FROM PUBLIC', v_name);
+    EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, role_name);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
+
+CREATE FUNCTION pgmq.list_callbacks()
+RETURNS TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT c.queue_name, c.callback::text, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
+$fn$;
+
+COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue, with the role each runs as (its registrant).';
+
+CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_registrant name;
+    v_runner     text;
+    v_fn         regprocedure;
+    v_msg        pgmq.message_record;
+    v_error      text;
+BEGIN
+    SELECT c.registrant INTO v_registrant
+    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    -- Only a session acting as the registrant runs its callback, through an unaltered runner.
+    -- Checked before a message is claimed, so a refusal counts no attempt.
+    IF v_registrant IS DISTINCT FROM current_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the callback of queue "%s" runs as role "%s", and this session acts as role "%s"',
+                             queue_name, v_registrant, current_user),
+            HINT = 'Dispatch in a session acting as the registrant: connect as it, or SET ROLE to it and scrub the session (DISCARD ALL) before it serves anyone else, as pgmq-build worker does.';
+    END IF;
+    v_runner := '_callback_as_' || md5(v_registrant);
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+        -- missing (its owner dropped it), altered by its owner, or made by an older release
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    END IF;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        -- The subtransaction's rollback took back the callback's settings and temporary objects.
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
+        VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed OPERATOR(pg_catalog.+) 1;
+        RETURN 'failed';
+    END;
+    -- A plain SET in the callback outlives the runner's SET clause: pinned again for the rest.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
+    VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded OPERATOR(pg_catalog.+) 1;
+    RETURN 'done';
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._callback_queues(queue_name text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_home    boolean;
+    v_queues  text[];
+    v_skipped text[];
+BEGIN
+    v_home := session_user = current_user
+              AND (SELECT a.usesysid FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a)
+                  = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
+    SELECT array_agg(c.queue_name::text ORDER BY c.queue_name) FILTER (WHERE v_home AND c.registrant = current_user),
+           array_agg(format('"%s" (role "%s")', c.queue_name, c.registrant) ORDER BY c.queue_name)
+               FILTER (WHERE NOT (v_home AND c.registrant = current_user))
+    INTO v_queues, v_skipped
+    FROM pgmq.callbacks c
+    WHERE _callback_queues.queue_name IS NULL OR c.queue_name = _callback_queues.queue_name;
+    IF queue_name IS NOT NULL AND v_queues IS NULL AND v_skipped IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    IF v_skipped IS NOT NULL THEN
+        IF queue_name IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (logged in as %s, acting as role "%s")',
+                                 v_skipped[1], CASE WHEN v_home THEN 'it' ELSE 'another role' END, current_user),
+                HINT = 'Run dispatch as the registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker.';
+        END IF;
+        RAISE NOTICE USING
+            MESSAGE = format('dispatch skipped the callbacks of %s: they run only in their registrant''s own session',
+                             array_to_string(v_skipped, ', ')),
+            HINT = 'Run dispatch as each registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker, which serves every role it may SET ROLE to.';
+    END IF;
+    RETURN coalesce(v_queues, '{}');
+END;
+$fn$;
+
+CREATE OR REPLACE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    -- No SET search_path is possible here (the procedure commits): every name is qualified,
+    -- the declared types too (a caller's public.text domain would otherwise run its CHECK).
+    v_queues  pg_catalog.text[];
+    v_queue   pg_catalog.text;
+    v_outcome pg_catalog.text;
+    v_count   pg_catalog.int4 := 0;
+    v_failed  pg_catalog.int4 := 0;
+    v_where   pg_catalog.text[] := '{}';
+    v_idle    pg_catalog.bool;
+BEGIN
+    IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
+    END IF;
+    v_queues := pgmq._callback_queues(queue_name);
+    LOOP
+        v_idle := true;
+        FOREACH v_queue IN ARRAY v_queues LOOP
+            EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
+            v_outcome := pgmq._dispatch_one(v_queue);
+            IF v_outcome IS NOT NULL THEN
+                v_idle := false;
+                v_count := v_count OPERATOR(pg_catalog.+) 1;
+            END IF;
+            IF v_outcome OPERATOR(pg_catalog.=) 'failed' THEN
+                v_failed := v_failed OPERATOR(pg_catalog.+) 1;
+                IF NOT v_queue OPERATOR(pg_catalog.=) ANY (v_where) THEN
+                    v_where := pg_catalog.array_append(v_where, v_queue);
+                END IF;
+            END IF;
+            COMMIT;
+        END LOOP;
+        EXIT WHEN v_idle OR v_count OPERATOR(pg_catalog.>=) max_messages;
+    END LOOP;
+    IF v_failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE NOTICE USING
+            MESSAGE = pg_catalog.format('dispatch: %s of %s callbacks failed (queues %s)', v_failed, v_count,
+                                        pg_catalog.array_to_string(v_where, ', ')),
+            HINT = 'Each failure is in its message''s x-pgmq-last-error header (or its dead letter); a failed message comes back after the retry policy''s delay, or a delay that doubles from 1 s to 5 minutes without one.';
+    END IF;
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks registered by the session''s role) to their callbacks, committing after each; failures go through the retry policy and are reported in a NOTICE. CALL outside a transaction block.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.8.0--2.9.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

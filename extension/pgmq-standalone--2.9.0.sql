@@ -5892,8 +5892,9 @@ COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_
 
 -- features/delivery/functions/nack.sql.j2
 -- _record_failure: count a failed delivery (attempts = failures so far, this one included):
--- the message is visible again after the retry policy's delay (at once without one), or is
--- dead-lettered when its deliveries are used up. error, if given, is kept in x-pgmq-last-error.
+-- the message is visible again after the retry policy's delay (without one: 1 s, doubling per
+-- attempt up to 5 minutes), or is dead-lettered when its deliveries are used up. error, if
+-- given, is kept in x-pgmq-last-error.
 CREATE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql
@@ -5912,8 +5913,10 @@ BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s
     WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
     -- One clock reading: vt = last_read_at marks the message as no longer leased.
-    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
-                          v_policy.backoff_factor, v_policy.max_retry_delay));
+    v_back_at := clock_timestamp() + CASE
+        WHEN v_policy.queue_name IS NULL THEN make_interval(secs => least(1 * power(2, least(greatest(attempts, 1), 30) - 1), 300))
+        ELSE make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay)) END;
     EXECUTE format(
         $q$UPDATE pgmq.%I
            SET read_ct = $2, vt = $3, last_read_at = $3,
@@ -5928,7 +5931,8 @@ END;
 $fn$;
 
 -- nack: the consumer failed this delivery. The message comes back after the policy's delay
--- (at once without a policy), or is dead-lettered when its deliveries are used up.
+-- (without a policy: 1 s, doubling per attempt up to 5 minutes), or is dead-lettered when its
+-- deliveries are used up.
 CREATE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -5951,7 +5955,7 @@ BEGIN
     RETURN true;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay, or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
 
 -- checkpoint: save progress on an in-flight message: new payload, a longer lease, and
 -- optionally more retries (sqlxmq's checkpoint).
@@ -12222,7 +12226,8 @@ BEGIN
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
         RETURN;
     END IF;
     -- One maker at a time per role; a second one finds the runner made.
@@ -12231,7 +12236,8 @@ BEGIN
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
         RETURN;
     END IF;
     IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
@@ -12243,6 +12249,8 @@ BEGIN
     v_schema pg_catalog.name;
     v_name   pg_catalog.name;
     v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
 BEGIN
     SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
     FROM pgmq.callbacks c
@@ -12253,10 +12261,18 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
             MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
     END IF;
-    -- The registrant''s search_path while the callback runs; this function''s SET clause puts
-    -- the pinned one back on exit. The CALL is qualified and built before.
+    v_held := ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable);
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
     PERFORM pg_catalog.set_config(''search_path'', v_path, true);
     EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries).
+    PERFORM pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', true);
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
 END;');
     EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I(text, jsonb) FROM PUBLIC', v_name);
     EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, role_name);
@@ -12307,22 +12323,24 @@ BEGIN
 END;
 $fn$;
 
--- list_callbacks: every registered callback, by queue.
+-- list_callbacks: every registered callback, by queue, and the role it runs as.
 CREATE FUNCTION pgmq.list_callbacks()
-RETURNS TABLE(queue_name text, callback text, registered_at timestamp with time zone)
+RETURNS TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name)
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT c.queue_name, c.callback::text, c.registered_at FROM pgmq.callbacks c ORDER BY c.queue_name
+SELECT c.queue_name, c.callback::text, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
 $fn$;
-COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue.';
+COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue, with the role each runs as (its registrant).';
 
--- _dispatch_one: deliver one message of the queue to its callback. The message is claimed
--- (row lock) in the caller's transaction and the callback runs in a subtransaction: on
--- success the message is deleted in the same transaction as the callback's own work; on error
--- that work is undone and the failure is recorded through the retry policy (reason callback).
--- Returns 'done', 'failed', or NULL when nothing is eligible.
+-- _dispatch_one: deliver one message of the queue to its callback, in a session acting as the
+-- callback's registrant (see the top of this file). The message is claimed (row lock) in the
+-- caller's transaction and the callback runs in a subtransaction: on success the message is
+-- deleted in the same transaction as the callback's own work; on error that work is undone and
+-- the failure is recorded through the retry policy (reason callback; without a policy the
+-- message comes back after a growing delay, _record_failure). Returns 'done', 'failed', or
+-- NULL when nothing is eligible.
 CREATE FUNCTION pgmq._dispatch_one(queue_name text)
 RETURNS text
 LANGUAGE plpgsql
@@ -12341,30 +12359,25 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;
-    -- The callback runs as its registrant, through the registrant's runner: only a dispatcher
-    -- that may act as that role runs it, and only through an unaltered runner. Checked before a
-    -- message is claimed, so a refusal counts no attempt.
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-       OR NOT pg_catalog.pg_has_role(current_user, v_registrant, 'MEMBER') THEN
+    -- Only a session acting as the registrant runs its callback, through an unaltered runner.
+    -- Checked before a message is claimed, so a refusal counts no attempt.
+    IF v_registrant IS DISTINCT FROM current_user THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of queue "%s", registered by role "%s"',
-                             current_user, queue_name, v_registrant),
-            HINT = 'Callbacks run with their registrant''s rights: dispatch as that role, or as a member of it.';
+            MESSAGE = format('the callback of queue "%s" runs as role "%s", and this session acts as role "%s"',
+                             queue_name, v_registrant, current_user),
+            HINT = 'Dispatch in a session acting as the registrant: connect as it, or SET ROLE to it and scrub the session (DISCARD ALL) before it serves anyone else, as pgmq-build worker does.';
     END IF;
     v_runner := '_callback_as_' || md5(v_registrant);
     v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
     IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
-        -- missing (its owner dropped it) or altered by its owner
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+        -- missing (its owner dropped it), altered by its owner, or made by an older release
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
         v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
-    END IF;
-    IF NOT has_function_privilege(v_fn, 'EXECUTE') THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('role "%s" may not run the callbacks of role "%s"', current_user, v_registrant);
     END IF;
 
     v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
@@ -12374,24 +12387,30 @@ BEGIN
     BEGIN
         EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
     EXCEPTION WHEN OTHERS THEN
+        -- The subtransaction's rollback took back the callback's settings and temporary objects.
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
         PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
         INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
-        VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
-        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
+        VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed OPERATOR(pg_catalog.+) 1;
         RETURN 'failed';
     END;
+    -- A plain SET in the callback outlives the runner's SET clause: pinned again for the rest.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
     -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
     PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
-    VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
-    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded + 1;
+    VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded OPERATOR(pg_catalog.+) 1;
     RETURN 'done';
 END;
 $fn$;
 
--- _callback_queues: the queues dispatch serves (all with a callback, or the one named).
+-- _callback_queues: the queues dispatch serves (all with a callback, or the one named): those
+-- whose callback this session may run, which is only its own (see the top of this file): the
+-- registrant is the role the session logged in as and still acts as. A queue named explicitly
+-- that it may not run is 42501; others are skipped with a NOTICE saying where they run.
 CREATE FUNCTION pgmq._callback_queues(queue_name text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -12399,30 +12418,54 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_queues text[];
+    v_home    boolean;
+    v_queues  text[];
+    v_skipped text[];
 BEGIN
-    SELECT array_agg(c.queue_name::text ORDER BY c.queue_name) INTO v_queues
+    v_home := session_user = current_user
+              AND (SELECT a.usesysid FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a)
+                  = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
+    SELECT array_agg(c.queue_name::text ORDER BY c.queue_name) FILTER (WHERE v_home AND c.registrant = current_user),
+           array_agg(format('"%s" (role "%s")', c.queue_name, c.registrant) ORDER BY c.queue_name)
+               FILTER (WHERE NOT (v_home AND c.registrant = current_user))
+    INTO v_queues, v_skipped
     FROM pgmq.callbacks c
     WHERE _callback_queues.queue_name IS NULL OR c.queue_name = _callback_queues.queue_name;
-    IF queue_name IS NOT NULL AND v_queues IS NULL THEN
+    IF queue_name IS NOT NULL AND v_queues IS NULL AND v_skipped IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    IF v_skipped IS NOT NULL THEN
+        IF queue_name IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (logged in as %s, acting as role "%s")',
+                                 v_skipped[1], CASE WHEN v_home THEN 'it' ELSE 'another role' END, current_user),
+                HINT = 'Run dispatch as the registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker.';
+        END IF;
+        RAISE NOTICE USING
+            MESSAGE = format('dispatch skipped the callbacks of %s: they run only in their registrant''s own session',
+                             array_to_string(v_skipped, ', ')),
+            HINT = 'Run dispatch as each registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker, which serves every role it may SET ROLE to.';
     END IF;
     RETURN coalesce(v_queues, '{}');
 END;
 $fn$;
 
 -- dispatch: deliver up to max_messages messages to their callbacks, one transaction per message,
--- round robin over the queues. CALL it outside a transaction block (it commits).
+-- round robin over the queues. CALL it outside a transaction block (it commits). Failures are
+-- reported in a NOTICE at the end.
 CREATE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100)
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
     -- No SET search_path is possible here (the procedure commits): every name is qualified,
     -- the declared types too (a caller's public.text domain would otherwise run its CHECK).
-    v_queues pg_catalog.text[];
-    v_queue  pg_catalog.text;
-    v_count  pg_catalog.int4 := 0;
-    v_idle   pg_catalog.bool;
+    v_queues  pg_catalog.text[];
+    v_queue   pg_catalog.text;
+    v_outcome pg_catalog.text;
+    v_count   pg_catalog.int4 := 0;
+    v_failed  pg_catalog.int4 := 0;
+    v_where   pg_catalog.text[] := '{}';
+    v_idle    pg_catalog.bool;
 BEGIN
     IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
@@ -12432,17 +12475,30 @@ BEGIN
         v_idle := true;
         FOREACH v_queue IN ARRAY v_queues LOOP
             EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
-            IF pgmq._dispatch_one(v_queue) IS NOT NULL THEN
+            v_outcome := pgmq._dispatch_one(v_queue);
+            IF v_outcome IS NOT NULL THEN
                 v_idle := false;
                 v_count := v_count OPERATOR(pg_catalog.+) 1;
+            END IF;
+            IF v_outcome OPERATOR(pg_catalog.=) 'failed' THEN
+                v_failed := v_failed OPERATOR(pg_catalog.+) 1;
+                IF NOT v_queue OPERATOR(pg_catalog.=) ANY (v_where) THEN
+                    v_where := pg_catalog.array_append(v_where, v_queue);
+                END IF;
             END IF;
             COMMIT;
         END LOOP;
         EXIT WHEN v_idle OR v_count OPERATOR(pg_catalog.>=) max_messages;
     END LOOP;
+    IF v_failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE NOTICE USING
+            MESSAGE = pg_catalog.format('dispatch: %s of %s callbacks failed (queues %s)', v_failed, v_count,
+                                        pg_catalog.array_to_string(v_where, ', ')),
+            HINT = 'Each failure is in its message''s x-pgmq-last-error header (or its dead letter); a failed message comes back after the retry policy''s delay, or a delay that doubles from 1 s to 5 minutes without one.';
+    END IF;
 END;
 $fn$;
-COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks) to their callbacks, committing after each; failures go through the retry policy. CALL outside a transaction block.';
+COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks registered by the session''s role) to their callbacks, committing after each; failures go through the retry policy and are reported in a NOTICE. CALL outside a transaction block.';
 
 -- ---------------------------------------------------------------- feature: ops
 

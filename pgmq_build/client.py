@@ -93,6 +93,27 @@ def _transient(exc: psycopg.Error) -> bool:
     return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
 
 
+class _FailureLog:
+    """A handler's failures on one queue, logged at most once per ``every`` seconds: the first
+    with its traceback, then the count of those not logged since, with the latest error. A
+    handler that keeps failing is visible without filling the log."""
+
+    def __init__(self, queue: str, every: float = 10.0) -> None:
+        self.queue, self.every = queue, every
+        self.last: float | None = None
+        self.unlogged = 0
+
+    def failed(self, msg_id: int, exc: BaseException) -> None:
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.every:
+            self.unlogged += 1
+            return
+        more = f" ({self.unlogged} more failures since the last report)" if self.unlogged else ""
+        log.warning("pgmq handler failed on %s message %s%s", self.queue, msg_id, more,
+                    exc_info=(type(exc), exc, exc.__traceback__))
+        self.last, self.unlogged = now, 0
+
+
 class _Retrier:
     """The consume loops' transient errors: logged and retried after a wait that doubles from
     _RETRY_FIRST to _RETRY_MAX while they repeat (cut short by ``stop``); anything else, and
@@ -725,9 +746,13 @@ class Client:
         When the handler raises an ``Exception``:
 
         - ``on_error="nack"``: ``pgmq.nack`` with the exception text (``"ValueError: ..."``), so
-          the queue's retry policy decides between a retry and a dead letter;
+          the queue's retry policy decides between a retry and a dead letter (without a policy
+          the message comes back after 1 s, doubling per attempt up to 5 minutes);
         - ``"leave"``: nothing; the message comes back when its lease expires;
         - ``"raise"``: the exception propagates (the rest of the batch keeps its leases).
+
+        Failures are logged as WARNINGs at most every 10 s per queue (the first with its
+        traceback, then how many were not logged since).
 
         While a read finds nothing, the loop waits on ``LISTEN "pgmq.q_<queue>.INSERT"`` on a
         dedicated connection (enabling ``pgmq.enable_notify_insert`` once if the queue has no
@@ -764,6 +789,7 @@ class Client:
         handled = 0
         listener: psycopg.Connection[Any] | None = None
         retrier = _Retrier(f"consume on {queue}", retry, stop)
+        failures = _FailureLog(queue)
 
         def recover(exc: psycopg.Error, what: str) -> None:
             """Retry a transient error after the backoff, or raise it."""
@@ -795,8 +821,7 @@ class Client:
                     except Exception as exc:
                         if on_error == "raise":
                             raise
-                        log.warning("pgmq handler failed on %s message %s", queue, msg.msg_id,
-                                    exc_info=True)
+                        failures.failed(msg.msg_id, exc)
                         if on_error == "nack":
                             try:
                                 if not self.nack(queue, msg.msg_id, _error_text(exc)):

@@ -34,6 +34,16 @@ Design:
   back at most the statement in flight. Totals are counted once the statement (its commit) succeeded.
   ``batch`` bounds how many messages a dispatcher takes from one queue before moving round
   robin to the next queue with work (a statement never spans two turns).
+* Callbacks run as their registrant (``pgmq.list_callbacks()``'s ``registrant``), and only in a
+  session acting as that role (README "Callbacks and sessions"). A queue whose callback is the
+  worker's own login role's is dispatched as above. For another role's, the dispatcher makes its
+  session act as that role for one statement and scrubs it before anything else runs there:
+  ``SET ROLE <registrant>``, the dispatch statement, then ``_SCRUB`` (what ``DISCARD ALL``
+  does, but keeping plans: held cursors closed, role and settings reset, prepared statements
+  deallocated, LISTEN, session advisory locks and temporary objects dropped), so nothing a
+  callback left in the session (a plain SET, a replaced prepared statement, a temporary function
+  or table shadowing ours) ever runs with the worker's rights. A scrub that fails closes the
+  connection. The worker's role must be a member of every registrant it serves (a superuser is).
 * A listener thread holds one connection that LISTENs on ``pgmq.q_<queue>.INSERT`` (enabling
   ``pgmq.enable_notify_insert(queue, 0)`` for queues without notifications) and wakes the
   dispatchers. Dispatchers also poll every ``naptime_ms``, since delayed and retried messages
@@ -119,10 +129,19 @@ WITH RECURSIVE d(n, outcome) AS (
 SELECT count(*) FILTER (WHERE outcome = 'done'), count(*) FILTER (WHERE outcome <> 'done'),
        count(*) FILTER (WHERE outcome IS NULL) > 0
 FROM d"""
+# After a statement that ran another role's callbacks, before the session serves anyone else:
+# DISCARD ALL's work in its order (held cursors first, while still acting as the registrant),
+# less DISCARD PLANS (plans are not session state a callback can plant; replanning every cached
+# statement after each batch would cost more than the batch). One round trip; a failure closes
+# the connection instead.
+_SCRUB = ("CLOSE ALL; RESET ROLE; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL; "
+          "UNLISTEN *; SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
+_REGISTRANTS = "SELECT queue_name, registrant FROM pgmq.list_callbacks() ORDER BY queue_name"
 _TX_TARGET = 0.05  # seconds a batch statement should last: sizes k from the callbacks' speed
 _ISOLATE_SECONDS = 60.0  # after a dispatch error: one message per transaction on that queue
 _ERROR_COOLDOWN_MIN = 0.05  # a queue's rest after a dispatch error, doubling while they repeat
 
+_FAILURE_LOG_SECONDS = 10.0  # a queue's failed callbacks are logged at most this often
 _APP_NAME = "pgmq-worker"
 _CONNECT_TIMEOUT = 5
 _LISTEN_SLICE = 0.25  # how often the listener looks at its stop flag and the queue list
@@ -315,6 +334,40 @@ def _supervisor_tick(start_delay: float) -> float:
     return min(0.25, max(0.02, start_delay / 4))
 
 
+def scrub(conn: psycopg.Connection[Any]) -> None:
+    """Undo everything a session acting as another role may have been left with (``_SCRUB``);
+    on failure the connection is closed (a session that cannot be scrubbed serves nobody)."""
+    try:
+        conn.execute(_SCRUB)
+    except BaseException:
+        conn.close()
+        raise
+
+
+def dispatch_statement(conn: psycopg.Connection[Any], queue: str, k: int) -> tuple[int, int, bool]:
+    """One statement, one transaction: up to k calls of pgmq._dispatch_one(queue), stopping
+    at the first NULL. Returns (done, failed, whether a call found nothing eligible)."""
+    if k == 1:
+        outcome = conn.execute(_DISPATCH_ONE, (queue,)).fetchone()[0]
+        return int(outcome == "done"), int(outcome == "failed"), outcome is None
+    n_done, n_failed, empty = conn.execute(_DISPATCH_MANY, {"q": queue, "k": k}).fetchone()
+    return n_done, n_failed, empty
+
+
+def dispatch_as(conn: psycopg.Connection[Any], login: str, registrant: str, queue: str,
+                k: int) -> tuple[int, int, bool]:
+    """dispatch_statement in a session acting as the queue's registrant: as it is when the
+    registrant is the session's login role, else after SET ROLE and scrubbed at once after
+    (whatever the statement did, even when it failed)."""
+    if registrant == login:
+        return dispatch_statement(conn, queue, k)
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(registrant)))
+    try:
+        return dispatch_statement(conn, queue, k)
+    finally:
+        scrub(conn)
+
+
 class _Dispatcher:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -322,6 +375,7 @@ class _Dispatcher:
         self.busy_since: float | None = None  # start of the current stretch of work
         self.last_work = time.monotonic()  # last time a call dispatched a message
         self.tx_size: dict[str, int] = {}  # queue -> messages its next statement may dispatch
+        self.login = ""  # the role its connection logged in as
 
 
 class _Disconnected(Exception):
@@ -498,6 +552,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._sched = _Scheduler(self.naptime, once=False)
         self._queues_version = 0
+        self._registrants: dict[str, str] = {}  # queue -> the role its callback runs as
+        self._failure_logged: dict[str, tuple[float, int]] = {}  # queue -> (last log, failed since)
         self._started_at = 0.0
         self._mode: str | None = None
         self._summary_logged = False
@@ -674,10 +730,12 @@ class Worker:
         """The queues to serve: the given ones, else every queue with a callback. At the first
         load (before any thread starts) a given queue that does not exist raises SettingError."""
         with self._connect() as conn:
-            registered = [r[0] for r in conn.execute(
-                "SELECT queue_name FROM pgmq.list_callbacks() ORDER BY queue_name")]
+            registrants = dict(conn.execute(_REGISTRANTS).fetchall())
+            registered = list(registrants)
             existing = set() if self.fixed_queues is None or not first else {
                 r[0] for r in conn.execute("SELECT queue_name FROM pgmq.list_queues()")}
+        with self._lock:
+            self._registrants = registrants
         if self.fixed_queues is None:
             return registered
         missing = [q for q in self.fixed_queues if q not in existing]
@@ -773,6 +831,12 @@ class Worker:
                     conn = self._reconnect(d.name)
                     if conn is None:
                         break
+                    try:
+                        d.login = conn.execute("SELECT session_user").fetchone()[0]
+                    except psycopg.Error:
+                        _close(conn)
+                        conn = None
+                        continue
                 pick = self._sched.take()
                 if pick is None:
                     d.busy_since = None
@@ -809,7 +873,7 @@ class Worker:
                 k = self._tx_size(d, queue, self.batch - done - failed)
                 started = time.monotonic()
                 try:
-                    n_done, n_failed, empty = self._dispatch(conn, queue, k)
+                    n_done, n_failed, empty = self._dispatch(conn, d, queue, k)
                 except psycopg.Error as exc:
                     with self._lock:
                         self._totals.errors += 1
@@ -884,14 +948,31 @@ class Worker:
                 del self._isolate_until[queue]
         return max(1, min(d.tx_size.get(queue, 1), left))
 
-    def _dispatch(self, conn: psycopg.Connection[Any], queue: str, k: int) -> tuple[int, int, bool]:
-        """One statement, one transaction: up to k calls of pgmq._dispatch_one(queue), stopping
-        at the first NULL. Returns (done, failed, whether a call found nothing eligible)."""
-        if k == 1:
-            outcome = conn.execute(_DISPATCH_ONE, (queue,)).fetchone()[0]
-            return int(outcome == "done"), int(outcome == "failed"), outcome is None
-        n_done, n_failed, empty = conn.execute(_DISPATCH_MANY, {"q": queue, "k": k}).fetchone()
+    def _dispatch(self, conn: psycopg.Connection[Any], d: _Dispatcher, queue: str,
+                  k: int) -> tuple[int, int, bool]:
+        """One dispatch statement on `queue` in a session acting as its registrant (dispatch_as);
+        a queue whose registrant is not known yet is dispatched as the login role (and refused
+        with 42501 by _dispatch_one when that is not the registrant)."""
+        with self._lock:
+            registrant = self._registrants.get(queue, d.login)
+        n_done, n_failed, empty = dispatch_as(conn, d.login, registrant, queue, k)
+        if n_failed:
+            self._note_failures(d, queue, n_failed)
         return n_done, n_failed, empty
+
+    def _note_failures(self, d: _Dispatcher, queue: str, n: int) -> None:
+        """A WARNING per queue at most every _FAILURE_LOG_SECONDS with the failures since the
+        last one: a callback that keeps failing is visible without flooding the log."""
+        now = time.monotonic()
+        with self._lock:
+            last, pending = self._failure_logged.get(queue, (-_FAILURE_LOG_SECONDS, 0))
+            pending += n
+            if now - last < _FAILURE_LOG_SECONDS:
+                self._failure_logged[queue] = (last, pending)
+                return
+            self._failure_logged[queue] = (now, 0)
+        self._emit(logging.WARNING, "callbacks_failed", worker=d.name, queue=queue, failed=pending,
+                   hint="each error is in its message's x-pgmq-last-error header (or dead letter)")
 
     # -- stream consumers -----------------------------------------------------------------
 

@@ -279,6 +279,8 @@ def test_nack_without_retry_policy(client, conn):
     msg_id = client.send("jobs", {"n": 1}, headers={"keep": 1})
     client.read("jobs", vt=300)
     assert client.nack("jobs", msg_id, "boom") is True
+    assert client.read("jobs") == []  # back after 1 s, not at once (a failing handler backs off)
+    conn.execute("UPDATE pgmq.q_jobs SET vt = now()")
     (again,) = client.read("jobs")
     assert again.msg_id == msg_id and again.read_ct == 2
     assert again.headers == {"keep": 1, "x-pgmq-last-error": "boom"}

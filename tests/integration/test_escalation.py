@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 
-from tests.helpers import column, raises_sql, scalar
+from pgmq_build.worker import dispatch_as
+from tests.helpers import column, notices, raises_sql, scalar
 from tests.hostile import evil_body, make_log
 
 
@@ -162,15 +163,29 @@ BEGIN
 END $$"""
 
 
+def _dispatch_acting_as(conn, role: str, queue: str = "mq") -> None:
+    """What `pgmq-build worker` does for a queue whose callback is another role's: the session
+    acts as the registrant for one dispatch statement and is scrubbed right after."""
+    dispatch_as(conn, scalar(conn, "SELECT session_user"), role, queue, 1)
+
+
 def test_callbacks_run_with_their_registrants_rights(mallory):
     m, su = mallory, mallory.su
     m.conn.execute(CALLBACK)
     m.conn.execute("CALL pgmq.register_callback('mq', 'mallory.cb(jsonb)')")
     assert scalar(su, "SELECT registrant::text FROM pgmq.callbacks WHERE queue_name = 'mq'") == m.name
-    su.execute("CALL pgmq.dispatch()")  # as `pgmq-build worker` does, as a superuser
+    seen = notices(su)
+    su.execute("CALL pgmq.dispatch()")  # a superuser's session is not mallory's: skipped, said so
+    assert m.ran_as() == []
+    assert any(f'"mq" (role "{m.name}")' in text for _, text in seen), seen
+    _dispatch_acting_as(su, m.name)  # as `pgmq-build worker` does, as a superuser
     _assert_nothing_escalated(m)
     assert m.ran_as() == [m.name, "reset refused: 42501", "set refused: 42501", "alter refused: 42501"]
     assert scalar(su, "SELECT count(*) FROM pgmq.q_mq") == 0  # delivered: the callback succeeded
+    m.conn.execute("SELECT pgmq.send('mq', '{}')")
+    m.conn.execute("CALL pgmq.dispatch()")  # and in mallory's own session
+    assert m.ran_as()[-4] == m.name
+    assert scalar(su, "SELECT count(*) FROM pgmq.q_mq") == 0
 
 
 def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallory, connect, make_role):
@@ -182,11 +197,16 @@ def test_dispatch_refuses_a_dispatcher_that_may_not_act_as_the_registrant(mallor
     d = connect(user=other)
     with raises_sql("42501"):
         d.execute("CALL pgmq.dispatch('mq')")
+    with raises_sql("42501"):
+        d.execute("SELECT pgmq._dispatch_one('mq')")
     assert m.ran_as() == []
     assert scalar(su, "SELECT read_ct FROM pgmq.q_mq") == 0  # a refusal counts no attempt
-    su.execute(f"GRANT {m.name} TO {other}")  # a member of the registrant may dispatch for it
-    d.execute("CALL pgmq.dispatch('mq')")
+    su.execute(f"GRANT {m.name} TO {other}")
+    with raises_sql("42501"):  # a member of the registrant: dispatch() still is not its session
+        d.execute("CALL pgmq.dispatch('mq')")
+    _dispatch_acting_as(d, m.name)  # acting as the registrant, scrubbed after
     assert m.ran_as()[0] == m.name
+    assert scalar(d, "SELECT current_user") == other
 
 
 def test_an_altered_or_missing_callback_runner_is_made_again(mallory):
@@ -195,21 +215,22 @@ def test_an_altered_or_missing_callback_runner_is_made_again(mallory):
     m.conn.execute("CALL pgmq.register_callback('mq', 'mallory.cb(jsonb)')")
     runners = "SELECT count(*) FROM pg_proc WHERE proowner = %s::regrole AND proname LIKE '\\_callback\\_as\\_%%'"
     assert scalar(su, runners, (m.name,)) == 1  # registering made the registrant's runner
-    su.execute("CALL pgmq.dispatch('mq')")
+    _dispatch_acting_as(su, m.name)
     assert m.ran_as()[0] == m.name
     runner = scalar(su, "SELECT p.oid::regprocedure::text FROM pg_proc p "
                         "WHERE p.proowner = %s::regrole AND p.proname LIKE '\\_callback\\_as\\_%%'", (m.name,))
-    # its owner may alter it; run as the dispatcher that would be escalation, so dispatch remakes it
+    # its owner may alter it; run by a session acting as mallory through SET ROLE, an invoker's
+    # runner could RESET ROLE: that would be escalation, so dispatch remakes it
     for alteration in ["SECURITY INVOKER", "SET search_path = mallory, pg_catalog", "RESET ALL"]:
         m.conn.execute(f"ALTER FUNCTION {runner} {alteration}")
         m.conn.execute("SELECT pgmq.send('mq', '{}')")
-        su.execute("CALL pgmq.dispatch('mq')")
+        _dispatch_acting_as(su, m.name)
         _assert_nothing_escalated(m)
         assert m.ran_as()[-4] == m.name, m.ran_as()
         assert scalar(su, "SELECT prosecdef FROM pg_proc WHERE oid = %s::regprocedure", (runner,)) is True
     m.conn.execute(f"DROP FUNCTION {runner}")
     m.conn.execute("SELECT pgmq.send('mq', '{}')")
-    su.execute("CALL pgmq.dispatch('mq')")
+    _dispatch_acting_as(su, m.name)
     assert m.ran_as()[-4] == m.name
     assert scalar(su, "SELECT count(*) FROM pgmq.q_mq") == 0
     _assert_nothing_escalated(m)
