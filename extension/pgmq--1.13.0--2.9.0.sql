@@ -12299,12 +12299,16 @@ CREATE TABLE pgmq.callbacks (
     queue_name    VARCHAR PRIMARY KEY
         CONSTRAINT callbacks_meta_queue_name_fk
             REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
-    callback      REGPROCEDURE NOT NULL,
+    -- the procedure, qualified ('app.handle(jsonb)'): not a regprocedure, which pg_upgrade
+    -- refuses (procedure OIDs are not preserved); who owns it is kept too and checked at every
+    -- call, so a procedure dropped and made again by another role is not run in its place
+    callback      TEXT NOT NULL,
     -- the registrant's search_path: the callback runs with it, as if called by them
     search_path   TEXT NOT NULL DEFAULT '"$user", public',
     registered_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
     -- the role that registered it: dispatch runs the callback with this role's rights only
-    registrant    NAME NOT NULL DEFAULT current_user
+    registrant    NAME NOT NULL DEFAULT current_user,
+    callback_owner NAME NOT NULL
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.callbacks', '');
 -- How many callbacks of each queue ran and how many raised (queue_metrics). A dispatcher adds to
@@ -12347,15 +12351,15 @@ BEGIN
 END;
 $fn$;
 COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
-
 CREATE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_existing regprocedure;
+    v_existing text;
     v_kind     "char";
     v_args     oidvector;
+    v_owner    name;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
@@ -12365,7 +12369,8 @@ BEGIN
             MESSAGE = format('callback procedure %s does not exist', callback),
             HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
     END IF;
-    SELECT p.prokind, p.proargtypes INTO v_kind, v_args FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    SELECT p.prokind, p.proargtypes, pg_catalog.pg_get_userbyid(p.proowner) INTO v_kind, v_args, v_owner
+    FROM pg_catalog.pg_proc p WHERE p.oid = proc;
     IF v_kind <> 'p' THEN
         RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
             MESSAGE = format('callback %s is not a procedure', proc),
@@ -12383,13 +12388,18 @@ BEGIN
     END IF;
     SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
     IF v_existing IS NULL THEN
-        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant)
-        VALUES (q_name, proc, caller_search_path, current_user);
-    ELSIF v_existing <> proc THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant, callback_owner)
+        VALUES (q_name, (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc), caller_search_path, current_user, v_owner);
+    ELSIF v_existing <> (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc) THEN
         RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
             MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
             HINT = 'Unregister it first: one callback per queue.';
-    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
+    ELSE  -- the same one again: approved again as it is now (its owner), its runner checked below
+        UPDATE pgmq.callbacks c SET callback_owner = v_owner
+        WHERE c.queue_name = q_name AND c.callback_owner IS DISTINCT FROM v_owner;
+    END IF;
     -- The runner is made here, once, so that dispatchers running at the same time do not race
     -- to make it inside their callbacks' transactions.
     PERFORM pgmq._prove_caller();
@@ -12422,7 +12432,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         RETURN;
     END IF;
     -- One maker at a time per role; a second one finds the runner made.
@@ -12432,7 +12442,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         RETURN;
     END IF;
     IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
@@ -12449,12 +12459,19 @@ BEGIN
 BEGIN
     SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
     FROM pgmq.callbacks c
-    JOIN pg_catalog.pg_proc p ON p.oid = c.callback
-    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
     WHERE c.queue_name = $1 AND c.registrant = current_user;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
             MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
     END IF;
     v_held := ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable);
     -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
@@ -12510,7 +12527,8 @@ BEGIN
             MESSAGE = format('callback procedure %s does not exist', callback),
             HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
     END IF;
-    DELETE FROM pgmq.callbacks c WHERE c.queue_name = q_name AND c.callback = proc;
+    DELETE FROM pgmq.callbacks c WHERE c.queue_name = q_name AND c.callback = (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc);
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('callback %s is not registered for queue "%s"', proc, q_name);
@@ -12525,7 +12543,7 @@ LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT c.queue_name, c.callback::text, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
+SELECT c.queue_name, c.callback, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue, with the role each runs as (its registrant).';
 
@@ -12568,7 +12586,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         -- missing (its owner dropped it), altered by its owner, or made by an older release
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
@@ -12632,8 +12650,8 @@ BEGIN
     IF v_skipped IS NOT NULL THEN
         IF queue_name IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (logged in as %s, acting as role "%s")',
-                                 v_skipped[1], CASE WHEN v_home THEN 'it' ELSE 'another role' END, current_user),
+                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (role "%s"%s)',
+                                 v_skipped[1], current_user, CASE WHEN v_home THEN '' ELSE ', logged in as another role' END),
                 HINT = 'Run dispatch as the registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker.';
         END IF;
         RAISE NOTICE USING

@@ -7,11 +7,21 @@
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 -- ---------------------------------------------------------------- pre: templates/upgrades/2.8.0--2.9.0/pre.sql.j2
--- (nothing)
+-- callbacks.callback: a qualified signature instead of a regprocedure (pg_upgrade refuses
+-- reg* columns whose OIDs it does not preserve), with the procedure's owner, checked at use.
+ALTER TABLE pgmq.callbacks ADD COLUMN callback_owner NAME NOT NULL DEFAULT '';
+UPDATE pgmq.callbacks c
+SET callback_owner = pg_catalog.pg_get_userbyid(p.proowner)
+FROM pg_catalog.pg_proc p WHERE p.oid = c.callback;
+ALTER TABLE pgmq.callbacks ALTER COLUMN callback_owner DROP DEFAULT;
+-- (printed with search_path pinned to pg_catalog, a regprocedure is qualified: 'app.handle(jsonb)')
+ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq._register_callback(text, regprocedure, text, text)
 -- replace: pgmq._make_callback_runner(name)
+-- replace: pgmq._unregister_callback(text, regprocedure, text)
 -- drop-create: pgmq.list_callbacks() (result changed from TABLE(queue_name text, callback text, registered_at timestamp with time zone) to TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name))
 -- replace: pgmq._dispatch_one(text)
 -- replace: pgmq._callback_queues(text)
@@ -56,6 +66,62 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
 
+CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_existing text;
+    v_kind     "char";
+    v_args     oidvector;
+    v_owner    name;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    SELECT p.prokind, p.proargtypes, pg_catalog.pg_get_userbyid(p.proowner) INTO v_kind, v_args, v_owner
+    FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    IF v_kind <> 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('callback %s is not a procedure', proc),
+            HINT = 'Create it with CREATE PROCEDURE; dispatch runs it with CALL.';
+    END IF;
+    IF array_length(v_args::oid[], 1) IS DISTINCT FROM 1 OR v_args[0] <> 'jsonb'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
+    END IF;
+    -- The callback runs with the registrant's rights: it must be one the registrant may run.
+    IF NOT has_function_privilege(proc, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for procedure %s', proc),
+            HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
+    END IF;
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing IS NULL THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant, callback_owner)
+        VALUES (q_name, (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc), caller_search_path, current_user, v_owner);
+    ELSIF v_existing <> (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc) THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    ELSE  -- the same one again: approved again as it is now (its owner), its runner checked below
+        UPDATE pgmq.callbacks c SET callback_owner = v_owner
+        WHERE c.queue_name = q_name AND c.callback_owner IS DISTINCT FROM v_owner;
+    END IF;
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._make_callback_runner(role_name name)
 RETURNS void
 LANGUAGE plpgsql
@@ -77,7 +143,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         RETURN;
     END IF;
     -- One maker at a time per role; a second one finds the runner made.
@@ -87,7 +153,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         RETURN;
     END IF;
     IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
@@ -104,12 +170,19 @@ BEGIN
 BEGIN
     SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
     FROM pgmq.callbacks c
-    JOIN pg_catalog.pg_proc p ON p.oid = c.callback
-    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
     WHERE c.queue_name = $1 AND c.registrant = current_user;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
             MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
     END IF;
     v_held := ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable);
     -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
@@ -133,13 +206,32 @@ REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
 
+CREATE OR REPLACE PROCEDURE pgmq._unregister_callback(q_name text, proc regprocedure, callback text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    DELETE FROM pgmq.callbacks c WHERE c.queue_name = q_name AND c.callback = (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('callback %s is not registered for queue "%s"', proc, q_name);
+    END IF;
+END;
+$fn$;
+
 CREATE FUNCTION pgmq.list_callbacks()
 RETURNS TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name)
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-SELECT c.queue_name, c.callback::text, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
+SELECT c.queue_name, c.callback, c.registered_at, c.registrant FROM pgmq.callbacks c ORDER BY c.queue_name
 $fn$;
 
 COMMENT ON FUNCTION pgmq.list_callbacks() IS 'Registered callbacks by queue, with the role each runs as (its registrant).';
@@ -176,7 +268,7 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '5bb9a41a63d153a26105738867ddc15c') THEN
+          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
         -- missing (its owner dropped it), altered by its owner, or made by an older release
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);
@@ -236,8 +328,8 @@ BEGIN
     IF v_skipped IS NOT NULL THEN
         IF queue_name IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (logged in as %s, acting as role "%s")',
-                                 v_skipped[1], CASE WHEN v_home THEN 'it' ELSE 'another role' END, current_user),
+                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (role "%s"%s)',
+                                 v_skipped[1], current_user, CASE WHEN v_home THEN '' ELSE ', logged in as another role' END),
                 HINT = 'Run dispatch as the registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker.';
         END IF;
         RAISE NOTICE USING
@@ -299,3 +391,22 @@ COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'De
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.8.0--2.9.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
+
+-- Callback runners got a new body (deferred triggers and held cursors are dealt with before
+-- they return): made again for every registrant, as a fresh registration makes them.
+DO $runners$
+DECLARE
+    v_role name;
+BEGIN
+    FOR v_role IN SELECT DISTINCT c.registrant FROM pgmq.callbacks c
+                  JOIN pg_catalog.pg_roles r ON r.rolname = c.registrant ORDER BY 1 LOOP
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_role);
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                   WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                     AND d.objid = pg_catalog.to_regprocedure(pg_catalog.format('pgmq.%I(text, jsonb)', '_callback_as_' || md5(v_role)))
+                     AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.deptype = 'e') THEN
+            EXECUTE pg_catalog.format('ALTER EXTENSION pgmq DROP FUNCTION pgmq.%I(text, jsonb)', '_callback_as_' || md5(v_role));
+        END IF;
+    END LOOP;
+END $runners$;

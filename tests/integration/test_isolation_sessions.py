@@ -254,3 +254,33 @@ def test_client_consume_with_a_failing_handler_backs_off_and_logs_rate_limited(c
     assert 2 <= len(calls) <= 3  # at 0 s, 1 s and 3 s
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1, [r.getMessage() for r in caplog.records]
+
+
+# ----------------------------------------------------------- identity: the procedure approved
+
+def test_a_callback_made_again_by_another_role_is_not_run_in_its_place(conn, connect, make_role, mallory):
+    """Registering approves one procedure: one its registrant may run. Dropped and made again
+    under the same name by another role (one with CREATE on the schema), it would run that
+    role's code with the registrant's rights."""
+    mname, m = mallory
+    app_name = make_role("app", login=True)
+    conn.execute("CREATE SCHEMA shared")
+    conn.execute(f"GRANT CREATE, USAGE ON SCHEMA shared TO {app_name}, {mname}")
+    app = connect(user=app_name)
+    app.execute("SELECT pgmq.create('orders')")
+    app.execute("CREATE PROCEDURE shared.handle(msg jsonb) LANGUAGE plpgsql AS $$ BEGIN NULL; END $$")
+    app.execute("CALL pgmq.register_callback('orders', 'shared.handle(jsonb)')")
+    app.execute("DROP PROCEDURE shared.handle(jsonb)")
+    m.execute("CREATE PROCEDURE shared.handle(msg jsonb) LANGUAGE plpgsql AS "
+              "$$ BEGIN INSERT INTO mallory.log (who) VALUES (current_user); END $$")
+    m.execute("GRANT EXECUTE ON PROCEDURE shared.handle(jsonb) TO PUBLIC")
+    app.execute("SELECT pgmq.send('orders', '{}')")
+    seen = notices(app)
+    app.execute("CALL pgmq.dispatch('orders')")
+    assert _ran_as(conn) == []
+    assert any("1 of 1 callbacks failed" in text for _, text in seen), seen
+    assert "no longer the procedure registered" in scalar(
+        conn, "SELECT headers->>'x-pgmq-last-error' FROM pgmq.q_orders")
+    # registering it again approves what is there now, by its new owner
+    app.execute("CALL pgmq.register_callback('orders', 'shared.handle(jsonb)')")
+    assert scalar(conn, "SELECT callback_owner::text FROM pgmq.callbacks") == mname

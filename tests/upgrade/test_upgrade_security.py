@@ -118,7 +118,10 @@ def test_upgrade_hands_queue_tables_to_the_extension_owner_and_removes_what_owne
         su.execute("SELECT * FROM pgmq.pop('aq')")
         su.execute("SELECT pgmq.expire_messages()")
         su.execute("SELECT * FROM pgmq.metrics_all()")
-        su.execute("CALL pgmq.dispatch('aq')")
+        with raises_sql("42501"):  # alice's callback runs only in alice's own session
+            su.execute("CALL pgmq.dispatch('aq')")
+        with psycopg.connect(db + f" user={alice}", autocommit=True) as a:
+            a.execute("CALL pgmq.dispatch('aq')")  # there it runs, as alice
         # (a typed NULL of alice.d, as read_payload takes, would run alice's CHECK in the
         # caller's own statement: the upgrade's WARNING says so; refused for any other type)
         with raises_sql("42804"):
