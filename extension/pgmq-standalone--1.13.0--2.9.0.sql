@@ -355,6 +355,9 @@ BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
     END IF;
+    IF queue_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'queue' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
+    END IF;
     IF length(queue_name) > 47 THEN
         RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters';
     END IF;
@@ -375,6 +378,9 @@ AS $fn$
 BEGIN
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF queue_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'queue' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
     END IF;
     IF length(queue_name) > 47 THEN
         RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters' USING ERRCODE = 'name_too_long';
@@ -1637,6 +1643,10 @@ AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) THEN
+        IF enable_priorities.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
     END IF;
@@ -5798,6 +5808,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) THEN
+        IF set_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
     END IF;
@@ -5815,6 +5829,10 @@ BEGIN
     END IF;
     IF dead_letter_queue IS NOT NULL THEN
         IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) THEN
+            IF set_retry_policy.dead_letter_queue IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
         END IF;
@@ -5861,6 +5879,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) THEN
+        IF remove_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
     END IF;
@@ -5881,6 +5903,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) THEN
+        IF set_dedup_window.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
     END IF;
@@ -5902,6 +5928,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) THEN
+        IF set_message_ttl.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
     END IF;
@@ -9382,6 +9412,10 @@ AS $fn$
 DECLARE
     v_tick bigint;
 BEGIN
+    IF subscribe.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
@@ -9392,6 +9426,9 @@ BEGIN
     END IF;
     IF subscription_name IS NULL OR subscription_name = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    END IF;
+    IF subscription_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'subscription' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
     END IF;
     IF retry_queue IS NOT NULL THEN
         PERFORM pgmq._format_table_name(retry_queue, 'q');
@@ -9447,6 +9484,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF unsubscribe.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
@@ -9477,6 +9518,10 @@ DECLARE
     v_id   bigint;
     v_handed bigint;
 BEGIN
+    IF stream_read.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
@@ -9581,6 +9626,10 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_ack.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
@@ -9622,6 +9671,10 @@ DECLARE
     v_headers jsonb[];
     v_missing bigint[];
 BEGIN
+    IF stream_nack.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
@@ -9703,6 +9756,10 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_rewind.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
     IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
@@ -10317,6 +10374,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _exchange_for_publish.exchange_name;
     IF NOT FOUND THEN
+        IF _exchange_for_publish.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', _exchange_for_publish.exchange_name);
     END IF;
@@ -10429,6 +10490,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF create_exchange.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
     IF e_name IS NULL OR e_name !~ '^[A-Za-z0-9_]+$' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_name',
             MESSAGE = format('invalid exchange name "%s": use letters, digits and underscores', e_name);
@@ -10463,6 +10528,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = e_name::text;
     IF NOT FOUND THEN
+        IF e_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', e_name::text);
     END IF;
@@ -10511,6 +10580,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = set_unroutable.exchange_name;
     IF NOT FOUND THEN
+        IF set_unroutable.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', set_unroutable.exchange_name);
     END IF;
@@ -10590,6 +10663,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
     IF NOT FOUND THEN
+        IF _bind.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', _bind.exchange_name);
     END IF;
@@ -10629,6 +10706,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
     IF NOT FOUND THEN
+        IF _unbind.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
     END IF;
@@ -10656,6 +10737,13 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF bind_queue.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF bind_queue.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
@@ -10672,6 +10760,13 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF unbind_queue.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF unbind_queue.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
@@ -10783,6 +10878,10 @@ BEGIN
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
     IF NOT FOUND THEN
+        IF bind_stream.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', bind_stream.exchange_name);
     END IF;
@@ -10828,6 +10927,10 @@ BEGIN
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;
     IF NOT FOUND THEN
+        IF unbind_stream.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', unbind_stream.exchange_name);
     END IF;
@@ -11397,6 +11500,10 @@ BEGIN
     IF v_type IS NULL THEN
         v_type := 'jsonb';
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
+            IF _payload_type_of.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
         END IF;
@@ -11815,6 +11922,10 @@ BEGIN
     IF v_held IS NULL THEN
         v_held := 'jsonb';
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
+            IF send_payload.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
         END IF;
@@ -11992,6 +12103,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
     IF queue_name IS NULL OR queue_name !~ '^[A-Za-z0-9_]+$' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_name',
             MESSAGE = format('invalid queue name "%s": use letters, digits and underscores', queue_name);
@@ -12329,6 +12444,10 @@ DECLARE
     v_proc  pg_catalog.regprocedure;
     v_error pg_catalog.text;
 BEGIN
+    IF register_callback.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
     BEGIN
         v_proc := pg_catalog.to_regprocedure(callback);
     EXCEPTION
@@ -12494,6 +12613,10 @@ DECLARE
     v_proc  pg_catalog.regprocedure;
     v_error pg_catalog.text;
 BEGIN
+    IF unregister_callback.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
     BEGIN
         v_proc := pg_catalog.to_regprocedure(callback);
     EXCEPTION
@@ -12746,6 +12869,10 @@ DECLARE
     v_changed boolean;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+        IF pause.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', pause.queue_name);
     END IF;
@@ -12771,6 +12898,10 @@ DECLARE
     v_changed boolean;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+        IF resume.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', resume.queue_name);
     END IF;
@@ -13046,6 +13177,10 @@ BEGIN
     IF queue_name IS NOT NULL THEN
         PERFORM pgmq._format_table_name(queue_name, 'q');
         IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+            IF queue_metrics.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
         END IF;
@@ -13076,6 +13211,10 @@ AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+        IF browse.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', browse.queue_name);
     END IF;
@@ -13107,10 +13246,18 @@ BEGIN
     PERFORM pgmq._format_table_name(source_queue, 'q');
     PERFORM pgmq._format_table_name(target_queue, 'q');
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+        IF move_messages.source_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+        IF move_messages.target_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
     END IF;
@@ -13338,6 +13485,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = grant_publish_access.exchange_name::text;
     IF NOT FOUND THEN
+        IF grant_publish_access.exchange_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', grant_publish_access.exchange_name::text);
     END IF;
@@ -13366,6 +13517,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = revoke_publish_access.exchange_name::text;
     IF NOT FOUND THEN
+        IF revoke_publish_access.exchange_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', revoke_publish_access.exchange_name::text);
     END IF;

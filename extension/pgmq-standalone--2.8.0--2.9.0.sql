@@ -46,16 +46,264 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback_owner DROP DEFAULT;
 ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq.validate_queue_name(text)
+-- replace: pgmq._validate_queue_name(text)
+-- replace: pgmq.enable_priorities(text)
+-- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
+-- replace: pgmq.remove_retry_policy(text)
+-- replace: pgmq.set_dedup_window(text, integer)
+-- replace: pgmq.set_message_ttl(text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.subscribe(text, text, text, text)
+-- replace: pgmq.unsubscribe(text, text)
+-- replace: pgmq.stream_read(text, text, integer)
+-- replace: pgmq.stream_ack(text, text, bigint)
+-- replace: pgmq.stream_nack(text, text, bigint, bigint[], text, integer)
+-- replace: pgmq.stream_rewind(text, text, bigint)
+-- replace: pgmq._exchange_for_publish(text, text)
+-- replace: pgmq.create_exchange(name, text)
+-- replace: pgmq.drop_exchange(name, boolean)
+-- replace: pgmq.set_unroutable(text, text, text)
+-- replace: pgmq._bind(text, text, text)
+-- replace: pgmq._unbind(text, text, text)
+-- replace: pgmq.bind_queue(name, name, text)
+-- replace: pgmq.unbind_queue(name, name, text)
+-- replace: pgmq.bind_stream(text, text, text)
+-- replace: pgmq.unbind_stream(text, text, text)
+-- replace: pgmq._payload_type_of(text)
+-- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
+-- replace: pgmq.create_queue(name, character, name, integer, integer)
+-- replace: pgmq.register_callback(text, text)
 -- replace: pgmq._register_callback(text, regprocedure, text, text)
 -- replace: pgmq._make_callback_runner(name)
+-- replace: pgmq.unregister_callback(text, text)
 -- replace: pgmq._unregister_callback(text, regprocedure, text)
 -- drop-create: pgmq.list_callbacks() (result changed from TABLE(queue_name text, callback text, registered_at timestamp with time zone) to TABLE(queue_name text, callback text, registered_at timestamp with time zone, registrant name))
 -- replace: pgmq._dispatch_one(text)
 -- replace: pgmq._callback_queues(text)
 -- replace: pgmq.dispatch(text, integer)
+-- replace: pgmq.pause(text)
+-- replace: pgmq.resume(text)
+-- replace: pgmq.queue_metrics(text)
+-- replace: pgmq.browse(text, bigint, integer, boolean)
+-- replace: pgmq.move_messages(text, text, integer)
+-- replace: pgmq.grant_publish_access(name, name)
+-- replace: pgmq.revoke_publish_access(name, name)
 
 DROP FUNCTION pgmq.list_callbacks();
+
+CREATE OR REPLACE FUNCTION pgmq.validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF queue_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'queue' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters';
+    END IF;
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.validate_queue_name(queue_name text) IS 'Raise unless the name is usable for a queue.';
+
+CREATE OR REPLACE FUNCTION pgmq._validate_queue_name(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue name cannot be NULL or empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF queue_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'queue' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
+    END IF;
+    IF length(queue_name) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 characters' USING ERRCODE = 'name_too_long';
+    END IF;
+    IF greatest(octet_length(queue_name), octet_length(lower(queue_name))) > 47 THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is 47 bytes' USING ERRCODE = 'name_too_long';
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.enable_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) THEN
+        IF enable_priorities.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
+    END IF;
+    PERFORM pgmq._note_priorities(queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_priorities(queue_name text) IS 'Make a queue serve messages in priority order from now on: builds its (priority, msg_id) index. The first message sent with a priority does this by itself, in its own transaction, which then holds a lock that stops the queue''s other producers and consumers until it commits; call this first on a busy queue. Idempotent.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) THEN
+        IF set_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
+    END IF;
+    IF max_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
+    END IF;
+    IF retry_delay IS NULL OR retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retry_delay must be a non-negative number of seconds';
+    END IF;
+    IF backoff_factor IS NULL OR backoff_factor < 1 OR backoff_factor = 'NaN'::float8 OR backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'backoff_factor must be a finite number >= 1';
+    END IF;
+    IF max_retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
+    END IF;
+    IF dead_letter_queue IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) THEN
+            IF set_retry_policy.dead_letter_queue IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
+        END IF;
+        IF dead_letter_queue = queue_name THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'a queue cannot be its own dead-letter queue';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_retry_policy.queue_name
+                   WHERE d.queue_name = set_retry_policy.dead_letter_queue AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_retry_policy.dead_letter_queue,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_retry_policy.dead_letter_queue),
+                                 set_retry_policy.queue_name,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
+        END IF;
+        -- Dead letters are written by whoever consumes this queue: its owner may send them only
+        -- where it may send itself.
+        IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s
+        (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+        SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
+            backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
+            dead_letter_queue = EXCLUDED.dead_letter_queue;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
+
+CREATE OR REPLACE FUNCTION pgmq.remove_retry_policy(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) THEN
+        IF remove_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
+    END IF;
+    UPDATE pgmq.queue_settings s
+    SET retry_policy = false, max_retries = NULL, retry_delay = 0, backoff_factor = 1,
+        max_retry_delay = NULL, dead_letter_queue = NULL
+    WHERE s.queue_name = remove_retry_policy.queue_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.remove_retry_policy(queue_name text) IS 'Remove a queue''s retry policy: it behaves like upstream PGMQ again.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) THEN
+        IF set_dedup_window.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
+    END IF;
+    IF seconds IS NULL OR seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
+
+CREATE OR REPLACE FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) THEN
+        IF set_message_ttl.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
+    END IF;
+    IF seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
 
 CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
 RETURNS void
@@ -93,6 +341,917 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text, retry_queue text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_tick bigint;
+BEGIN
+    IF subscribe.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(subscribe.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', subscribe.stream_name);
+    END IF;
+    IF subscription_name IS NULL OR subscription_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    END IF;
+    IF subscription_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION '% name cannot contain control characters', 'subscription' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
+    END IF;
+    IF retry_queue IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(retry_queue, 'q');
+        PERFORM pgmq._validate_queue_name(retry_queue);
+        -- an ordinary queue of the caller's; one another role made first is refused, so nobody
+        -- can squat a name to receive a subscription's failed events
+        PERFORM pgmq.create(retry_queue);
+        IF NOT pgmq._owns_queue(retry_queue) THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('retry queue "%s" belongs to role "%s"', retry_queue,
+                                 (SELECT o.owner FROM pgmq.queue_owners o WHERE o.queue_name = subscribe.retry_queue)),
+                HINT = 'Name a queue of your own, or a new one.';
+        END IF;
+        UPDATE pgmq.stream_subscriptions u SET retry_queue = subscribe.retry_queue
+        WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name
+          AND u.retry_queue IS DISTINCT FROM subscribe.retry_queue;
+    END IF;
+    SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF FOUND THEN
+        RETURN v_tick;
+    END IF;
+    IF start = 'earliest' THEN
+        SELECT min(t.tick_id) INTO v_tick FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name;
+    ELSIF start = 'latest' THEN
+        v_tick := coalesce(pgmq._stream_tick(stream_name),
+                           (SELECT max(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
+    ELSIF start ~ '^[0-9]{1,18}$' THEN
+        SELECT t.tick_id INTO v_tick FROM pgmq.stream_ticks t
+        WHERE t.stream_name = subscribe.stream_name AND t.tick_id = start::bigint;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('stream "%s" has no position %s (kept: from %s)', stream_name, start,
+                                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = subscribe.stream_name));
+        END IF;
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('start must be ''earliest'', ''latest'' or a position, got %s', coalesce(quote_literal(start), 'NULL'));
+    END IF;
+    INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed, retry_queue)
+    VALUES (stream_name, subscription_name, v_tick, v_tick, retry_queue)
+    ON CONFLICT DO NOTHING;
+    RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
+            WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription). Returns the starting position.';
+
+CREATE OR REPLACE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF unsubscribe.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(unsubscribe.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', unsubscribe.stream_name);
+    END IF;
+    DELETE FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = unsubscribe.stream_name AND u.subscription_name = unsubscribe.subscription_name;
+    RETURN FOUND;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text) IS 'Remove a subscription with its open batches; false when there is none.';
+
+CREATE OR REPLACE FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer DEFAULT 30)
+RETURNS TABLE(batch_id bigint, ev_id bigint, ev_time timestamp with time zone, message jsonb, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub  pgmq.stream_subscriptions;
+    v_b    record;
+    v_from bigint;
+    v_to   bigint;
+    v_id   bigint;
+    v_handed bigint;
+BEGIN
+    IF stream_read.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_read.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_read.stream_name);
+    END IF;
+    IF lease_seconds IS NULL OR lease_seconds < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'lease_seconds must be at least 1';
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+        RETURN;  -- another consumer of the subscription is cutting a batch or acknowledging: poll again
+    END IF;
+    v_handed := v_sub.handed;
+    LOOP
+        -- a batch whose lease ran out first, under a new id (its old holder's ack then fails).
+        -- Every batch out starts at or after the position: the index skips the settled ones,
+        -- which a held xmin horizon keeps as dead entries
+        SELECT b.batch_id, b.from_tick, b.to_tick INTO v_b FROM pgmq.stream_batches b
+        WHERE b.stream_name = stream_read.stream_name AND b.subscription_name = stream_read.subscription_name
+          AND b.from_tick >= v_sub.position AND b.leased_until < clock_timestamp()
+        ORDER BY b.from_tick LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            DELETE FROM pgmq.stream_batches b WHERE b.batch_id = v_b.batch_id;
+            v_from := v_b.from_tick;
+            v_to := v_b.to_tick;
+        ELSE
+            v_from := v_handed;
+            SELECT t.tick_id INTO v_to FROM pgmq.stream_ticks t
+            WHERE t.stream_name = stream_read.stream_name AND t.tick_id > v_from
+            ORDER BY t.tick_id LIMIT 1;
+            IF NOT FOUND THEN
+                -- tick now if something may have committed since the last tick
+                IF pgmq._stream_news(stream_name, v_from) THEN
+                    v_to := pgmq._stream_tick(stream_name);
+                END IF;
+                IF v_to IS NULL THEN
+                    RETURN;
+                END IF;
+            END IF;
+            UPDATE pgmq.stream_subscriptions u SET handed = v_to
+            WHERE u.stream_name = stream_read.stream_name AND u.subscription_name = stream_read.subscription_name;
+            v_handed := v_to;
+        END IF;
+        INSERT INTO pgmq.stream_batches (stream_name, subscription_name, from_tick, to_tick, leased_until)
+        VALUES (stream_name, subscription_name, v_from, v_to, clock_timestamp() + make_interval(secs => lease_seconds))
+        RETURNING stream_batches.batch_id INTO v_id;
+        RETURN QUERY SELECT * FROM pgmq._stream_events(
+            stream_name, v_id,
+            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_from),
+            (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_read.stream_name AND t.tick_id = v_to));
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        PERFORM pgmq._stream_settle(stream_name, subscription_name, v_id);  -- empty: done, next
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_read(stream_name text, subscription_name text, lease_seconds integer) IS 'The next batch of a subscription (every event in it carries its batch_id), leased to the caller for lease_seconds: acknowledge it with stream_ack, in the transaction that stores what it did for exactly-once. Nothing when nothing is new, or while another consumer of the subscription is cutting a batch. A batch whose lease ran out goes to the next caller under a new batch_id.';
+
+CREATE OR REPLACE FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub pgmq.stream_subscriptions;
+BEGIN
+    IF stream_ack.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_ack.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_ack.stream_name);
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF NOT pgmq._stream_settle(stream_name, subscription_name, batch_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
+                             batch_id, subscription_name);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_ack(stream_name text, subscription_name text, batch_id bigint) IS 'Acknowledge a batch of stream_read: the subscription''s position moves past it when no earlier batch is out. In the transaction that stores the batch''s results, it makes them exactly-once.';
+
+CREATE OR REPLACE FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text DEFAULT NULL::text, delay integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub     pgmq.stream_subscriptions;
+    v_b       pgmq.stream_batches;
+    v_ids     bigint[];
+    v_msgs    jsonb[];
+    v_headers jsonb[];
+    v_missing bigint[];
+BEGIN
+    IF stream_nack.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_nack.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_nack.stream_name);
+    END IF;
+    IF ev_ids IS NULL OR cardinality(ev_ids) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'ev_ids cannot be NULL or empty';
+    END IF;
+    IF delay IS NULL OR delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'delay must be a non-negative number of seconds';
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_nack.stream_name AND u.subscription_name = stream_nack.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF v_sub.retry_queue IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('subscription "%s" of stream "%s" has no retry queue', subscription_name, stream_name),
+            HINT = 'Give it one: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
+    END IF;
+    SELECT * INTO v_b FROM pgmq.stream_batches b
+    WHERE b.batch_id = stream_nack.batch_id AND b.stream_name = stream_nack.stream_name
+      AND b.subscription_name = stream_nack.subscription_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('batch %s of subscription "%s" is not out: acknowledged already, or its lease ran out and it went to another consumer',
+                             batch_id, subscription_name);
+    END IF;
+    SELECT array_agg(e.ev_id ORDER BY e.ev_id), array_agg(e.message ORDER BY e.ev_id),
+           array_agg(coalesce(e.headers, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
+               'x-pgmq-stream', stream_name, 'x-pgmq-subscription', subscription_name,
+               'x-pgmq-ev-id', e.ev_id, 'x-pgmq-ev-time', e.ev_time, 'x-pgmq-last-error', error)) ORDER BY e.ev_id)
+    INTO v_ids, v_msgs, v_headers
+    FROM pgmq._stream_events(stream_name, v_b.batch_id,
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.from_tick),
+        (SELECT t.tick_snapshot FROM pgmq.stream_ticks t WHERE t.stream_name = stream_nack.stream_name AND t.tick_id = v_b.to_tick)) e
+    WHERE e.ev_id = ANY (ev_ids);
+    v_missing := ARRAY(SELECT DISTINCT x FROM unnest(ev_ids) x WHERE x IS NULL OR NOT x = ANY (coalesce(v_ids, '{}')) ORDER BY 1);
+    IF cardinality(v_missing) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('events %s are not in batch %s', array_to_string(v_missing, ', ', 'NULL'), batch_id);
+    END IF;
+    PERFORM count(*) FROM pgmq.send_batch(v_sub.retry_queue, v_msgs, v_headers, delay);
+    RETURN cardinality(v_ids);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text, delay integer) IS 'Copy events of a batch that failed into the subscription''s retry queue (an ordinary queue: its retry policy and dead-letter queue apply there), with the error and where they came from in their headers, visible after delay seconds; then acknowledge the batch in the same transaction and the stream moves on. Returns how many events were copied.';
+
+CREATE OR REPLACE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sub pgmq.stream_subscriptions;
+BEGIN
+    IF stream_rewind.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_rewind.stream_name);
+    END IF;
+    SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq.stream_subscriptions u
+                       WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('subscription "%s" of stream "%s" does not exist', subscription_name, stream_name);
+        END IF;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.stream_ticks t
+                   WHERE t.stream_name = stream_rewind.stream_name AND t.tick_id = to_position) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('stream "%s" has no position %s', stream_name, coalesce(to_position::text, 'NULL'));
+    END IF;
+    DELETE FROM pgmq.stream_batches b
+    WHERE b.stream_name = stream_rewind.stream_name AND b.subscription_name = stream_rewind.subscription_name;
+    UPDATE pgmq.stream_subscriptions u SET position = to_position, handed = to_position
+    WHERE u.stream_name = stream_rewind.stream_name AND u.subscription_name = stream_rewind.subscription_name;
+    RETURN to_position;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint) IS 'Move a subscription to a position (a tick id from stream_info or subscribe); its open batches are dropped. Returns the position.';
+
+CREATE OR REPLACE FUNCTION pgmq._exchange_for_publish(exchange_name text, routing_key text)
+RETURNS pgmq.exchanges
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _exchange_for_publish.exchange_name;
+    IF NOT FOUND THEN
+        IF _exchange_for_publish.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _exchange_for_publish.exchange_name);
+    END IF;
+    IF NOT pgmq._may_publish(exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for exchange "%s"', exchange_name),
+            HINT = 'The exchange owner or a superuser can allow it with grant_publish_access.';
+    END IF;
+    IF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_routing_key(routing_key);
+    ELSIF v_ex.exchange_type = 'direct' AND routing_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a direct exchange needs a routing key (exchange "%s")', exchange_name);
+    END IF;
+    RETURN v_ex;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.create_exchange(e_name name, e_type text DEFAULT 'fanout'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF create_exchange.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
+    IF e_name IS NULL OR e_name !~ '^[A-Za-z0-9_]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = format('invalid exchange name "%s": use letters, digits and underscores', e_name);
+    END IF;
+    IF coalesce(e_type, 'fanout') NOT IN ('fanout', 'direct', 'topic', 'headers') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('exchange type must be fanout, direct, topic or headers, got: %s', e_type);
+    END IF;
+    INSERT INTO pgmq.exchanges (exchange_name, exchange_type)
+    VALUES (e_name, coalesce(e_type, 'fanout'))
+    ON CONFLICT ON CONSTRAINT exchanges_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('exchange "%s" already exists', e_name);
+    END IF;
+    INSERT INTO pgmq.exchange_publishers (exchange_name, role_name) VALUES (e_name, 'public');
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create_exchange(e_name name, e_type text) IS 'Create an exchange of type fanout (default), direct, topic or headers; publishing is open to everyone until revoke_publish_access.';
+
+CREATE OR REPLACE FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_queue text;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = e_name::text;
+    IF NOT FOUND THEN
+        IF e_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', e_name::text);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'the built-in exchange "pgmq.topic" cannot be dropped';
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    -- lock the row so that concurrent binds wait for us and then fail on the foreign key
+    PERFORM 1 FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name FOR UPDATE;
+    IF coalesce(do_cascade, false) THEN
+        FOR v_queue IN SELECT DISTINCT b.queue_name FROM pgmq.exchange_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_queue(v_queue);
+        END LOOP;
+        FOR v_queue IN SELECT DISTINCT b.stream_name FROM pgmq.stream_bindings b
+                       WHERE b.exchange_name = v_ex.exchange_name ORDER BY 1 LOOP
+            PERFORM pgmq.drop_stream(v_queue);
+        END LOOP;
+    ELSIF EXISTS (SELECT 1 FROM pgmq.exchange_bindings b WHERE b.exchange_name = v_ex.exchange_name)
+          OR EXISTS (SELECT 1 FROM pgmq.stream_bindings b WHERE b.exchange_name = v_ex.exchange_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('cannot drop exchange "%s" because queues or streams are bound to it', e_name),
+            HINT = 'Unbind them, or use do_cascade => true to drop them with it.';
+    END IF;
+    DELETE FROM pgmq.exchanges e WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_exchange(e_name name, do_cascade boolean) IS 'Drop an exchange; do_cascade also drops every queue and stream bound to it, otherwise bound queues and streams make it fail.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_hop  text := alternate_exchange;
+    v_hops integer := 0;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = set_unroutable.exchange_name;
+    IF NOT FOUND THEN
+        IF set_unroutable.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', set_unroutable.exchange_name);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    IF on_unroutable IS NULL OR on_unroutable NOT IN ('notice', 'error') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('on_unroutable must be ''notice'' or ''error'', got: %s', coalesce(on_unroutable, 'NULL'));
+    END IF;
+    -- refuse cycles: follow the chain from the new alternate back to this exchange
+    WHILE v_hop IS NOT NULL LOOP
+        IF v_hop = v_ex.exchange_name OR v_hops > 8 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('alternate exchange "%s" would form a cycle or a chain longer than 8', alternate_exchange);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pgmq.exchanges e WHERE e.exchange_name = v_hop) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('exchange "%s" does not exist', v_hop);
+        END IF;
+        SELECT e.alternate_exchange INTO v_hop FROM pgmq.exchanges e WHERE e.exchange_name = v_hop;
+        v_hops := v_hops + 1;
+    END LOOP;
+    UPDATE pgmq.exchanges e
+    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
+    WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+
+CREATE OR REPLACE FUNCTION pgmq._bind(exchange_name text, queue_name text, binding_key text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _bind.exchange_name;
+    IF NOT FOUND THEN
+        IF _bind.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _bind.exchange_name);
+    END IF;
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.exchange_bindings (exchange_name, queue_name, binding_key, arguments)
+    VALUES (exchange_name, queue_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT exchange_bindings_unique DO NOTHING;
+    RETURN FOUND;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._unbind(exchange_name text, queue_name text, binding_key text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_count bigint;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
+    IF NOT FOUND THEN
+        IF _unbind.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
+        RETURN 0;
+    END IF;
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.exchange_bindings b
+    WHERE b.exchange_name = _unbind.exchange_name AND b.queue_name = _unbind.queue_name
+      AND (_unbind.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = _unbind.binding_key);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF bind_queue.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF bind_queue.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    PERFORM pgmq._bind(e_name::text, q_name::text, e_key);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text) IS 'Bind a queue to an exchange: e_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). Idempotent.';
+
+CREATE OR REPLACE FUNCTION pgmq.unbind_queue(q_name name, e_name name, e_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF unbind_queue.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF unbind_queue.e_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    IF pgmq._unbind(e_name::text, q_name::text, e_key) = 0 THEN
+        RAISE NOTICE 'queue "%" was not bound to exchange "%" with key %', q_name, e_name, coalesce(e_key, 'NULL');
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.unbind_queue(q_name name, e_name name, e_key text) IS 'Remove a binding (all of the queue''s bindings to the exchange when e_key is NULL).';
+
+CREATE OR REPLACE FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex   pgmq.exchanges;
+    v_args jsonb;
+BEGIN
+    PERFORM pgmq._format_table_name(bind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', bind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
+    IF NOT FOUND THEN
+        IF bind_stream.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', bind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(bind_stream.stream_name, 'INSERT') AND pgmq._may_publish(bind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind stream "%s" to exchange "%s"', bind_stream.stream_name, bind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    IF v_ex.exchange_type = 'fanout' THEN
+        binding_key := NULL;
+    ELSIF v_ex.exchange_type = 'direct' AND binding_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = format('a binding to direct exchange "%s" needs a key', v_ex.exchange_name);
+    ELSIF v_ex.exchange_type = 'topic' THEN
+        PERFORM pgmq._validate_topic_pattern(binding_key);
+    ELSIF v_ex.exchange_type = 'headers' THEN
+        v_args := pgmq._headers_arguments(binding_key);
+    END IF;
+    INSERT INTO pgmq.stream_bindings (exchange_name, stream_name, binding_key, arguments)
+    VALUES (exchange_name, stream_name, binding_key, v_args)
+    ON CONFLICT ON CONSTRAINT stream_bindings_unique DO NOTHING;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text) IS 'Bind a stream to an exchange: binding_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). A publish routed to it writes one event. Idempotent.';
+
+CREATE OR REPLACE FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    PERFORM pgmq._format_table_name(unbind_stream.stream_name, 's');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unbind_stream.stream_name);
+    END IF;
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;
+    IF NOT FOUND THEN
+        IF unbind_stream.exchange_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', unbind_stream.exchange_name);
+    END IF;
+    IF v_ex.exchange_name = 'pgmq.topic' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'streams cannot be bound to the built-in exchange "pgmq.topic"',
+            HINT = 'Upstream''s topic calls (send_batch_topic, test_routing, topic_bindings) report queues only: bind the stream to a topic exchange of its own (create_exchange(name, ''topic'')).';
+    END IF;
+    IF NOT (pgmq._stream_privilege(unbind_stream.stream_name, 'INSERT') AND pgmq._may_publish(unbind_stream.exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to unbind stream "%s" from exchange "%s"', unbind_stream.stream_name, unbind_stream.exchange_name),
+            HINT = 'Binding needs the right to write to the stream (its owner has it) and to publish to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.stream_bindings b
+    WHERE b.exchange_name = unbind_stream.exchange_name AND b.stream_name = unbind_stream.stream_name
+      AND (unbind_stream.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = unbind_stream.binding_key);
+    IF NOT FOUND THEN
+        RAISE NOTICE 'stream "%" was not bound to exchange "%" with key %', stream_name, exchange_name, coalesce(binding_key, 'NULL');
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
+
+CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type text;
+BEGIN
+    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
+    IF v_type IS NULL THEN
+        v_type := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
+            IF _payload_type_of.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+        END IF;
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    text;
+    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_message jsonb;
+    v_headers jsonb;
+    v_vt      timestamp with time zone;
+    v_id      bigint;
+BEGIN
+    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
+    IF v_held IS NULL THEN
+        v_held := 'jsonb';
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
+            IF send_payload.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+        END IF;
+    END IF;
+    IF v_held <> v_given THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_given = 'jsonb' THEN
+        v_message := payload;
+        v_headers := send_payload.headers - 'x-pgmq-payload';
+    ELSE
+        IF v_given = 'bytea' THEN
+            v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            v_message := to_jsonb(payload::text);
+        ELSE
+            v_message := pgmq._encode_payload_io(payload);
+        END IF;
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF send_payload.headers IS NULL THEN
+        -- the marker alone (jsonb: no header at all): nothing to check, no dedup key (~2.5 us a send)
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+    ELSE
+        IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                    PERFORM pgmq._check_headers(v_headers);
+                END IF;
+                IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
+                    PERFORM pgmq._note_message_limits(send_payload.queue_name);
+                END IF;
+            ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(v_headers);
+            END IF;
+            IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                    PERFORM pgmq._note_priorities(send_payload.queue_name);
+                END IF;
+            END IF;
+        END IF;
+        IF v_headers ? 'x-pgmq-dedup-id' THEN
+            -- Sent unless the key is live within the queue's dedup window; then the message it made.
+            -- Concurrent senders of one key serialise on the key's unique index: one message results.
+            -- An unknown queue fails as a plain send does (its table does not exist).
+            v_id := pgmq._static_send_dedup(v_vt, v_message, v_headers, v_headers->>'x-pgmq-dedup-id', send_payload.queue_name);
+            IF v_id IS NULL THEN
+                v_id := pgmq._dedup_msg_id(send_payload.queue_name, v_headers->>'x-pgmq-dedup-id');
+            END IF;
+        ELSE
+            v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+        END IF;
+    END IF;
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
+
+CREATE OR REPLACE PROCEDURE pgmq.create_queue(queue_name name, queue_type character DEFAULT 'N'::bpchar, queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, queue_retry_delay integer DEFAULT 30)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
+    IF queue_name IS NULL OR queue_name !~ '^[A-Za-z0-9_]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+            MESSAGE = format('invalid queue name "%s": use letters, digits and underscores', queue_name);
+    END IF;
+    IF queue_type IS NULL OR queue_type NOT IN ('N', 'D') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue_type must be ''N'' (normal) or ''D'' (dead letter), got %s', coalesce(queue_type::text, 'NULL'));
+    END IF;
+    PERFORM pgmq._validate_queue_name(queue_name::text);  -- our SQLSTATEs, not create()'s
+    PERFORM pgmq.create(queue_name::text);
+    PERFORM pgmq.set_retry_policy(queue_name::text, queue_retries, coalesce(queue_retry_delay, 0),
+                                          1, NULL, queue_dlq::text);
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.create_queue(queue_name name, queue_type character, queue_dlq name, queue_retries integer, queue_retry_delay integer) IS 'pgpro_queue compatibility: create a queue with a retry policy (and a dead-letter queue).';
+
+CREATE OR REPLACE PROCEDURE pgmq.register_callback(q_name text, callback text)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
+BEGIN
+    IF register_callback.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._register_callback(q_name, v_proc, callback, pg_catalog.current_setting('search_path'));
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.register_callback(q_name text, callback text) IS 'Register the procedure (one jsonb argument: the message) that dispatch calls for each message of the queue; one callback per queue.';
 
 CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
 LANGUAGE plpgsql
@@ -233,6 +1392,34 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
+
+CREATE OR REPLACE PROCEDURE pgmq.unregister_callback(q_name text, callback text)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_proc  pg_catalog.regprocedure;
+    v_error pg_catalog.text;
+BEGIN
+    IF unregister_callback.q_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+
+    BEGIN
+        v_proc := pg_catalog.to_regprocedure(callback);
+    EXCEPTION
+        WHEN invalid_schema_name THEN
+            v_proc := NULL;
+        WHEN syntax_error OR invalid_text_representation OR invalid_name OR feature_not_supported THEN
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            RAISE EXCEPTION USING ERRCODE = 'invalid_name',
+                MESSAGE = pg_catalog.format('invalid callback signature "%s": %s', callback, v_error),
+                HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END;
+    CALL pgmq._unregister_callback(q_name, v_proc, callback);
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.unregister_callback(q_name text, callback text) IS 'Unregister a queue''s callback.';
 
 CREATE OR REPLACE PROCEDURE pgmq._unregister_callback(q_name text, proc regprocedure, callback text)
 LANGUAGE plpgsql
@@ -416,6 +1603,271 @@ END;
 $fn$;
 
 COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks registered by the session''s role) to their callbacks, committing after each; failures go through the retry policy and are reported in a NOTICE. CALL outside a transaction block.';
+
+CREATE OR REPLACE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+        IF pause.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE OR REPLACE FUNCTION pgmq.resume(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+        IF resume.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgmq.queue_settings s SET paused = false
+    WHERE s.queue_name = resume.queue_name AND s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
+
+CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+            IF queue_metrics.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+CREATE OR REPLACE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+        IF browse.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
+    END IF;
+    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+           FROM pgmq.%I
+           WHERE msg_id > $1
+           ORDER BY msg_id
+           LIMIT $2$q$,
+        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
+    USING coalesce(after_msg_id, 0), qty;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
+
+CREATE OR REPLACE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+        IF move_messages.source_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+        IF move_messages.target_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
+    END IF;
+    IF source_queue = target_queue THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'source_queue and target_queue must differ';
+    END IF;
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
+               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             move_messages.target_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
+                             move_messages.source_queue,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
+               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
+        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = move_messages.source_queue AND s.priorities) THEN
+        PERFORM pgmq._note_priorities(move_messages.target_queue);
+    END IF;
+    -- One statement: a message is always in exactly one of the two queues.
+    EXECUTE format(
+        $q$WITH picked AS (
+            SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+            RETURNING m.msg_id, m.message, m.headers, m.priority
+        )
+        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+        SELECT clock_timestamp(), message, headers, priority
+        FROM moved ORDER BY msg_id$q$,
+        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
+    USING max_messages;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
+
+CREATE OR REPLACE PROCEDURE pgmq.grant_publish_access(exchange_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = grant_publish_access.exchange_name::text;
+    IF NOT FOUND THEN
+        IF grant_publish_access.exchange_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', grant_publish_access.exchange_name::text);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    INSERT INTO pgmq.exchange_publishers AS p (exchange_name, role_name)
+    VALUES (v_ex.exchange_name, role_name)
+    ON CONFLICT ON CONSTRAINT exchange_publishers_pkey DO NOTHING;
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.grant_publish_access(exchange_name name, role_name name) IS 'Allow a role (or ''public'') to publish to an exchange (exchange owner or superuser).';
+
+CREATE OR REPLACE PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex pgmq.exchanges;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = revoke_publish_access.exchange_name::text;
+    IF NOT FOUND THEN
+        IF revoke_publish_access.exchange_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', revoke_publish_access.exchange_name::text);
+    END IF;
+    IF NOT pgmq._owns_role(v_ex.owner) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of exchange "%s"', v_ex.exchange_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    DELETE FROM pgmq.exchange_publishers p
+    WHERE p.exchange_name = v_ex.exchange_name AND p.role_name = revoke_publish_access.role_name;
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.revoke_publish_access(exchange_name name, role_name name) IS 'Stop a role (or ''public'') to publish to an exchange (exchange owner or superuser).';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.8.0--2.9.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

@@ -14,12 +14,13 @@ import click
 from . import ops, render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
+from .printable import printable
 
 ENVVAR_PREFIX = "PGMQ_BUILD"
 
 
 def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(printable(f"error: {message}"), err=True)
     sys.exit(code)
 
 
@@ -285,7 +286,8 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
     from . import migrate as mig
 
     try:
-        mig.migrate(dsn, target=target, dry_run=dry_run, echo=click.echo)
+        # upstream's queue names may hold control characters: shown escaped
+        mig.migrate(dsn, target=target, dry_run=dry_run, echo=lambda line: click.echo(printable(line)))
     except (mig.MigrateError, inst.InstallError) as exc:
         _fail(str(exc))
 

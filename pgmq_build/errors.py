@@ -88,6 +88,11 @@ DECLARED: dict[str, Declared] = {
     "queue_name_bytes_refused": Declared(
         "queue name is too long, maximum length is 47 bytes", "refusal", condition="name_too_long",
         why="identifiers are cut at 63 bytes: upstream lets two long multibyte names share one table"),
+    "name_control_refused": Declared(
+        "% name cannot contain control characters", "refusal", condition="invalid_name",
+        hint="Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.",
+        why="upstream accepts ESC, CR and LF in a name, which rewrite the rows of a listing an "
+            "operator reads in a terminal"),
     "queue_name_case_clash": Declared(
         'queue "%" conflicts with existing queue "%"', "refusal", condition="duplicate_table",
         hint="Queue tables are named in lower case, so names must differ in more than case.",

@@ -87,6 +87,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from . import streams as stream_batches
 from . import validate
+from .printable import printable
 from .streams import BatchHandler
 
 __all__ = ["JsonFormatter", "SettingError", "TextFormatter", "Totals", "Worker", "check_settings",
@@ -1156,15 +1157,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`ts level event key=value ...`"""
+    """`ts level event key=value ...`; values (queue names, callbacks' errors) with control
+    characters escaped, so a log read in a terminal shows one line per record."""
 
     def format(self, record: logging.LogRecord) -> str:
         ts = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
         parts = [ts, record.levelname.lower(), record.getMessage()]
         parts += [f"{k}={v}" for k, v in getattr(record, "fields", {}).items() if v is not None]
-        text = " ".join(parts)
+        text = printable(" ".join(parts))
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += "\n" + printable(self.formatException(record.exc_info), lines=True)
         return text
 
 

@@ -13,13 +13,15 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import psycopg
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from ..printable import printable
 from . import charts, queries
 from .sampler import KEEP, Sample, Sampler, rates, window_rates
 from .web import DashboardServer, HTTPError, Request, Response, Router, redirect, status_phrase
@@ -65,8 +67,20 @@ def _size(n: int | None) -> str:
     return ""  # pragma: no cover
 
 
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+def _pretty(value: Any) -> Markup:
+    """Indented JSON for a <pre>: its line breaks kept, every other control character escaped."""
+    return escape(printable(json.dumps(value, indent=2, ensure_ascii=False, default=str), lines=True))
+
+
+def _shown(value: Any) -> Any:
+    """What every {{ ... }} prints (Jinja's finalize, before autoescaping): text with control
+    characters escaped (printable), so a queue's name shows as `\x1b[2J` or `a\nb`, never as
+    something the browser hides or folds into a space. Markup is what this package made
+    (charts, _pretty) and is kept. Attributes that carry a name back to the server hold it
+    percent-encoded (qurl), which has nothing to escape."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return printable(value)
+    return value
 
 
 def _ts(value: datetime | None) -> str:
@@ -87,7 +101,8 @@ def _rate(value: float | None) -> str:
 
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("pgmq_build.dashboard", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      finalize=_shown)
     env.filters.update(qurl=lambda s: quote(s, safe=""), age=_age, num=_num, size=_size,
                        pretty=_pretty, ts=_ts, isots=_isots, rate=_rate)
     return env
@@ -175,10 +190,10 @@ class Dashboard:
         try:
             return handler(req, *args)
         except psycopg.OperationalError as exc:  # includes the pool's timeout
-            log.warning("database unavailable: %s", exc)
+            log.warning("database unavailable: %s", printable(str(exc)))
             raise HTTPError(503, f"The database is unavailable: {exc}") from None
         except psycopg.Error as exc:
-            log.warning("database error on %s %s: %s", req.method, req.path, exc)
+            log.warning("database error on %s %s: %s", req.method, printable(req.path), printable(str(exc)))
             state = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
             raise HTTPError(500, f"Database error{state}: {exc}") from None
 
@@ -322,7 +337,11 @@ class Dashboard:
         return self._back(queue, "purged", n)
 
     def redrive(self, req: Request, dlq: str) -> Response:
-        target = req.form.get("target") or None  # None: each message back to its source
+        # None: each message back to its source; the form's options hold names percent-encoded
+        try:
+            target = unquote(req.form.get("target", ""), errors="strict") or None
+        except UnicodeDecodeError:
+            raise HTTPError(400, "the target is not UTF-8") from None
         raw_max = req.form.get("max_messages", "").strip()
         if raw_max and not (raw_max.isdigit() and 0 < int(raw_max) < 2**31):
             raise HTTPError(400, "max messages must be a positive whole number (or empty: all)")

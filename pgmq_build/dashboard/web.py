@@ -14,6 +14,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..printable import printable
+
 log = logging.getLogger("pgmq_build.dashboard")
 
 MAX_BODY = 64 * 1024  # forms here are a few fields
@@ -111,7 +113,7 @@ class Handler(BaseHTTPRequestHandler):
             except HTTPError as exc:
                 response = self.server.app.error_page(exc.status, exc.message, exc.headers)
         except Exception:  # a bug: log it, answer 500, keep serving
-            log.error("unhandled error on %s %s\n%s", method, self.path, traceback.format_exc())
+            log.error("unhandled error on %s %s\n%s", method, printable(self.path), traceback.format_exc())
             response = Response("internal error\n", 500, "text/plain; charset=utf-8")
         self._send(response)
 
@@ -151,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
-        log.info("%s %s", self.address_string(), format % args)
+        log.info("%s %s", self.address_string(), printable(format % args))  # the request line as sent
 
 
 class DashboardServer(ThreadingHTTPServer):

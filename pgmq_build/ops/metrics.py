@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
+from ..printable import printable
 from . import db
 from .exits import Exit, OpsError
 from .options import dsn_option, handled, json_option
@@ -329,4 +330,6 @@ def metrics_command(dsn: str, bind: str | None, as_json: bool) -> None:
                              for r in scrape.queues],
                   "subscriptions": scrape.subscriptions, "streams": scrape.streams})
         return
-    click.echo(generate_latest(registry_for(QueueCollector(lambda: scrape))).decode(), nl=False)
+    # label values escape only \\, " and line feeds: control characters of names escaped for the terminal
+    text = generate_latest(registry_for(QueueCollector(lambda: scrape))).decode()
+    click.echo(printable(text, lines=True), nl=False)

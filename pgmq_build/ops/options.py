@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 import psycopg
 
+from ..printable import printable
 from .db import database_error
 from .exits import Exit, OpsError
 from .render import Output
@@ -27,7 +28,7 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 def report(exc: OpsError, as_json: bool) -> None:
     """The error on stderr (with its SQLSTATE); with --json also as the document on stdout."""
     state = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
-    click.echo(f"error: {exc.message}{state}", err=True)
+    click.echo(printable(f"error: {exc.message}{state}"), err=True)
     if as_json:
         Output(True).json({"error": exc.message, "sqlstate": exc.sqlstate, "exit_code": int(exc.code)})
 
@@ -59,7 +60,7 @@ def confirm(question: str, yes: bool) -> None:
     if yes:
         return
     try:
-        ok = click.confirm(question, default=False, err=True)
+        ok = click.confirm(printable(question), default=False, err=True)
     except click.Abort:  # EOF or Ctrl-C at the prompt
         click.echo(err=True)
         ok = False

@@ -1,5 +1,7 @@
 """What the admin commands print: one JSON document on stdout with --json, else rich tables on
-stdout; progress bars, spinners, prompts and errors go to stderr so stdout stays parseable."""
+stdout; progress bars, spinners, prompts and errors go to stderr so stdout stays parseable.
+Text a role chose (names, payloads, database errors quoting them) is shown through
+`printable()`, escaped, and never read as rich markup or emoji codes."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from ..printable import printable
+
 PIPE_WIDTH = 200
 DASH = "–"  # a value that does not apply (no DLQ, empty queue, no rate yet)
 
@@ -49,9 +53,10 @@ class Output:
 
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
-        # no markup: queue names and payloads are printed as they are, brackets included
-        self.out = Console(highlight=False, markup=False)
-        self.err = Console(stderr=True, highlight=False, markup=False)
+        # no markup or emoji codes: queue names and payloads are printed as they are, brackets
+        # and colons included (control characters escaped: printable())
+        self.out = Console(highlight=False, markup=False, emoji=False)
+        self.err = Console(stderr=True, highlight=False, markup=False, emoji=False)
         if not self.out.is_terminal:  # piped or captured: whole rows, not a squeezed 80 columns
             self.out.width = PIPE_WIDTH
 
@@ -59,7 +64,7 @@ class Output:
         click.echo(json.dumps(doc, indent=2, default=_jsonable))
 
     def print(self, *things: Any) -> None:
-        self.out.print(*things)
+        self.out.print(*(printable(t) if isinstance(t, str) else t for t in things))
 
     def result(self, doc: Any, text: str) -> None:
         """A command's outcome: the document with --json, else the sentence."""
@@ -70,7 +75,7 @@ class Output:
 
     def note(self, text: str) -> None:
         """A human line on stderr (never pollutes --json output)."""
-        self.err.print(text)
+        self.err.print(printable(text))
 
     @contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[Callable[[int], None]]:
@@ -83,7 +88,7 @@ class Output:
             columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn(), TimeRemainingColumn())
         with Progress(*columns, console=self.err) as bar:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(printable(description), total=total)
 
             def advance(n: int) -> None:
                 done = bar.tasks[0].completed + n
@@ -96,12 +101,13 @@ class Output:
 def table(columns: Sequence[str], body: Sequence[Sequence[Any]], *, title: str | None = None,
           right: Sequence[str] = ()) -> Table:
     """A plain table; the columns named in ``right`` are right-aligned (numbers)."""
-    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    t = Table(box=box.SIMPLE_HEAD, title=None if title is None else cell(title), title_justify="left",
+              pad_edge=False)
     for name in columns:
         t.add_column(name, justify="right" if name in right else "left",
                      no_wrap=name not in ("message", "headers"))
     for row in body:
-        t.add_row(*(Text(DASH if v is None else str(v)) for v in row))  # Text: no markup
+        t.add_row(*(cell(v) for v in row))
     return t
 
 
@@ -111,8 +117,13 @@ def fields(row: dict[str, Any]) -> Table:
     t.add_column(style="bold")
     t.add_column()
     for key, v in row.items():
-        t.add_row(key, Text(DASH if v is None else str(v)))
+        t.add_row(cell(key), cell(v))
     return t
+
+
+def cell(value: Any) -> Text:
+    """A table cell: Text (no markup), control characters escaped."""
+    return Text(DASH if value is None else printable(str(value)))
 
 
 def count(n: int | None) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 from psycopg import sql
-from rich.text import Text
 
 from . import db, render
 from .options import confirm, dsn_option, handled, json_option, yes_option
@@ -340,7 +339,7 @@ def tail(name: str, interval: float, count: int | None, dsn: str, as_json: bool)
                     if as_json:
                         click.echo(render.json_line(e))
                     else:
-                        out.print(Text("  ".join(str(c) for c in _event_row(e) if c is not None)))
+                        out.print(render.cell("  ".join(str(c) for c in _event_row(e) if c is not None)))
                 if count is None or shown < count:
                     time.sleep(interval)
         except KeyboardInterrupt:  # the normal end of a tail

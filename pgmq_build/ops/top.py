@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..printable import printable
 from . import db, render
 from .options import dsn_option, handled
 from .rates import Rate, rates
@@ -40,7 +41,7 @@ def view(rows: list[dict[str, Any]], per: dict[str, Rate], *, interval: float,
                 style="bold")
     parts: list[Any] = [head, table]
     if error:
-        parts.append(Text(f"database error: {error} (retrying)", style="red"))
+        parts.append(Text(printable(f"database error: {error} (retrying)"), style="red"))
     return Group(*parts)
 
 

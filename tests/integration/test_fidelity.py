@@ -253,6 +253,12 @@ DIFFERENT: list[Case] = [
         "queue_name_empty_refused", upstream=False, partman=True),
     err("SELECT pgmq.create(repeat(chr(233), 24))", "42622", "queue name is too long, maximum length is 47 bytes",
         "queue_name_bytes_refused", upstream=False),
+    *(err(c.format(q=f"'a' || chr({code}) || 'b'"), "42602", "queue name cannot contain control characters",
+          "name_control_refused", upstream=False)
+      for c in ("SELECT pgmq.create({q})", "SELECT pgmq.create_unlogged({q})", "SELECT pgmq.validate_queue_name({q})")
+      for code in (27, 10, 155)),
+    err("SELECT pgmq.create_partitioned('a' || chr(13))", "42602", "queue name cannot contain control characters",
+        "name_control_refused", upstream=False, partman=True),
     err("SELECT pgmq.create('Jobs')", "42P07", 'queue "Jobs" conflicts with existing queue "jobs"',
         "queue_name_case_clash", upstream=False),
     err("SELECT pgmq.create_partitioned('Jobs')", "42P07", 'queue "Jobs" conflicts with existing queue "jobs"',
