@@ -9216,8 +9216,13 @@ BEGIN
     FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
                   WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
                   ORDER BY s.stream_name LOOP
-        -- skip a stream that is being created or dropped (its sequence may be gone by now)
+        -- skip a stream that is being created or dropped (its sequence may be gone by now), or
+        -- was dropped since an older snapshot was taken (enter_stream)
         CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || v_name));
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))));
+            CONTINUE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))) IS NULL;
+        END IF;
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
         IF pgmq._stream_news(v_name, (SELECT max(t.tick_id) FROM pgmq.stream_ticks t
                                               WHERE t.stream_name = v_name)) THEN

@@ -174,6 +174,11 @@ RACERS = {
     "stream_rewind": ["SELECT pgmq.stream_rewind('rx', 'a', now())"],
     "grant_stream_access": ["SELECT pgmq.grant_stream_access('rx', 'pg_monitor', 'read')"],
     "bind_stream": ["SELECT pgmq.bind_stream('rx', 'rxx', 'j')", "SELECT pgmq.unbind_stream('rx', 'rxx', 'j')"],
+    # and with a snapshot older than the statement
+    **{f"{name} (repeatable read)": ["BEGIN ISOLATION LEVEL REPEATABLE READ", sql, "COMMIT"] for name, sql in [
+        ("stream_tick()", "SELECT pgmq.stream_tick()"), ("stream_info()", "SELECT * FROM pgmq.stream_info()"),
+        ("subscribe", "SELECT pgmq.subscribe('rx', 'c')"), ("stream_rewind", "SELECT pgmq.stream_rewind('rx', 'c', now())"),
+        ("bind_stream", "SELECT pgmq.bind_stream('rx', 'rxx', 'i')")]},
 }
 ADMIN = ["SELECT pgmq.create_stream('rx')", "SELECT pgmq.subscribe('rx', 'a', retry_queue => 'rx_retry')",
          "SELECT pgmq.subscribe('rx', 'r')", "SELECT pgmq.subscribe('rx', 's')",
