@@ -8741,7 +8741,8 @@ GRANT SELECT ON pgmq.streams, pgmq.stream_segments, pgmq.stream_ticks TO PUBLIC;
 -- features/streams/functions/admin.sql.j2
 -- _create_stream_for: makes a stream for the proven caller. SECURITY DEFINER: its tables belong
 -- to the extension's owner (no stream owner can attach code to them); the caller becomes the
--- stream's owner in pgmq.streams with table privileges only. Idempotent for its owner.
+-- stream's owner in pgmq.streams with table privileges only. Idempotent; a stream another role
+-- made first (squatting) is left as it is with a WARNING naming its owner, for every caller.
 CREATE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -8758,9 +8759,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
     SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name;
     IF FOUND THEN
-        IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
-            RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
-                MESSAGE = format('stream "%s" exists and belongs to role "%s"', stream_name, v_owner);
+        IF v_owner <> v_caller THEN
+            RAISE WARNING USING MESSAGE = format('stream "%s" already exists and belongs to role "%s"', stream_name, v_owner);
         END IF;
         RETURN;
     END IF;
@@ -8770,6 +8770,7 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
     EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '$seq');
+    EXECUTE format('CREATE SEQUENCE pgmq.%I MINVALUE 0', v_parent || '$tick');
     EXECUTE format(
         $q$CREATE TABLE pgmq.%I (
             ev_id   BIGINT NOT NULL DEFAULT nextval(%L::regclass),
@@ -8787,9 +8788,11 @@ BEGIN
                    (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
     PERFORM pgmq._copy_stream_acl(_create_stream_for.stream_name, pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text);
     INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
-    -- tick 0: the stream's creation, where 'earliest' starts
+    -- tick 0: the stream's creation, where 'earliest' starts (and the horizon, _stream_tick)
     INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
     VALUES (stream_name, 0, clock_timestamp(), pg_current_snapshot(), 0);
+    PERFORM setval(format('pgmq.%I', v_parent || '$tick')::regclass,
+                   pg_snapshot_xmax(pg_current_snapshot())::text::bigint);
     IF v_caller <> current_user THEN
         EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', v_parent, v_caller);
         EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '$seq', v_caller);
@@ -8806,6 +8809,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_name, 's');
     PERFORM pgmq._validate_queue_name(stream_name);
     IF retention IS NULL OR retention < interval '0' THEN
@@ -8826,7 +8833,9 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.create_stream(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) IS 'Create a stream (an append-only log with subscriptions; idempotent): events are kept at least retention after their segment closes (and while a subscription has not acknowledged them, unless drop_unacked), in segments rotated every rotation_period; retention_bytes caps the size.';
 
--- _drop_stream_for: drops a stream's tables and catalog rows, for its owner.
+-- _drop_stream_for: drops a stream's tables and catalog rows, for its owner, in the streams' lock
+-- order (_macros/stream.sql.j2): its lock (exclusive: it waits for every transaction using the
+-- stream), the paths' lock, its row, its tables, its sequences, its other rows.
 CREATE FUNCTION pgmq._drop_stream_for(stream_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -8849,8 +8858,10 @@ BEGIN
             MESSAGE = format('must be owner of stream "%s"', stream_name);
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    PERFORM FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name FOR UPDATE;
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
     EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '$seq');
+    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '$tick');
     DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
     RETURN true;
 END;
@@ -8865,6 +8876,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_name, 's');
     PERFORM pgmq._prove_caller();
     RETURN pgmq._drop_stream_for(stream_name);
@@ -8903,6 +8918,10 @@ DECLARE
 BEGIN
     SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = _stream_append.stream_name;
     IF NOT FOUND THEN
+        IF stream_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+        END IF;
+
         PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
     END IF;
@@ -9181,12 +9200,17 @@ BEGIN
 END;
 $fn$;
 
--- _stream_tick: a new tick of the stream (its id), or NULL when the caller's transaction is not
--- READ COMMITTED (its snapshot could be older than the last tick's). Tick makers take turns
--- (a session lock released at once, not held to the end of the caller's transaction), so a
--- later tick id always has a later snapshot: batches cut at consecutive ticks neither skip nor
--- repeat an event. SECURITY DEFINER: PUBLIC cannot write ticks; a tick depends on nothing the
--- caller gives but the name.
+-- _stream_tick: a new tick of the stream (its id), or NULL when none can be made now. Batches
+-- are cut at consecutive ticks, so a later tick id must have a later snapshot: then they neither
+-- skip nor repeat an event. Tick makers take turns (a session lock released at once, not held to
+-- the end of the caller's transaction). In READ COMMITTED the tick's statement takes its snapshot
+-- after the lock: later than every tick before. In REPEATABLE READ and SERIALIZABLE the snapshot
+-- is the transaction's, taken earlier; it is a tick only when taken after the newest one, which
+-- the stream's horizon (a sequence: other transactions' ticks count before they commit) tells:
+-- snapshots' xmax never goes down in time, so an xmax past the newest tick's is a later snapshot.
+-- Otherwise NULL: that newer tick is the cut, for the caller's next transaction (whose snapshot
+-- sees it once it commits), and equal xmax, rare, waits for the next transaction too. SECURITY
+-- DEFINER: PUBLIC cannot write ticks; a tick depends on nothing the caller gives but the name.
 CREATE FUNCTION pgmq._stream_tick(stream_name text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -9195,20 +9219,32 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_id  bigint;
-    v_key bigint := hashtext('pgmq.stream_tick_' || stream_name);
+    v_id      bigint;
+    v_xmax    bigint;
+    v_horizon regclass;
+    v_key     bigint := hashtext('pgmq.stream_tick_' || stream_name);
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed'
-       OR NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_tick.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_tick.stream_name) THEN
         RETURN NULL;
     END IF;
+    v_horizon := format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$tick')::regclass;
     PERFORM pg_advisory_lock(v_key);
     BEGIN
-        -- its own statement, after the lock: the snapshot is taken now
+        IF current_setting('transaction_isolation') <> 'read committed'
+           AND pg_snapshot_xmax(pg_current_snapshot())::text::bigint <= coalesce(pg_sequence_last_value(v_horizon), 0) THEN
+            PERFORM pg_advisory_unlock(v_key);
+            RETURN NULL;
+        END IF;
+        -- its own statement, after the lock: in READ COMMITTED the snapshot is taken now
         INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
         VALUES (stream_name, nextval('pgmq.stream_tick_seq'), clock_timestamp(), pg_current_snapshot(),
                 coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$seq')::regclass), 0))
-        RETURNING tick_id INTO v_id;
+        RETURNING tick_id, pg_snapshot_xmax(tick_snapshot)::text::bigint INTO v_id, v_xmax;
+        PERFORM setval(v_horizon, greatest(v_xmax, coalesce(pg_sequence_last_value(v_horizon), 0)));
     EXCEPTION WHEN OTHERS THEN
         PERFORM pg_advisory_unlock(v_key);
         RAISE;
@@ -9219,6 +9255,28 @@ END;
 $fn$;
 REVOKE ALL ON FUNCTION pgmq._stream_tick(stream_name text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq._stream_tick(stream_name text) TO PUBLIC;
+
+-- _stream_last_ev_id: the last ev_id the stream drew (NULL: none yet, or no such stream), read
+-- under the stream's lock: a drop cannot remove the sequence between its lookup and its reading
+-- (stream_info, which read it unlocked, failed with XX000 racing drop_stream).
+CREATE FUNCTION pgmq._stream_last_ev_id(stream_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_last_ev_id.stream_name) THEN
+        RETURN NULL;
+    END IF;
+    RETURN pg_sequence_last_value(to_regclass(format('pgmq.%I',
+        pgmq._format_table_name(stream_name, 's') || '$seq')));
+END;
+$fn$;
 
 -- _stream_news: whether something may have committed since tick `tick_id` that it did not see,
 -- so that a new tick would cut a batch: ids were handed out since (their transactions may have
@@ -9388,8 +9446,13 @@ BEGIN
     FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
                   WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
                   ORDER BY s.stream_name LOOP
-        -- skip a stream that is being created or dropped (its sequence may be gone by now)
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('pgmq.stream_' || v_name));
+        -- skip a stream that is being created or dropped (its sequence may be gone by now), or
+        -- was dropped since an older snapshot was taken (enter_stream)
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || v_name));
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))));
+            CONTINUE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))) IS NULL;
+        END IF;
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
         IF pgmq._stream_news(v_name, (SELECT max(t.tick_id) FROM pgmq.stream_ticks t
                                               WHERE t.stream_name = v_name)) THEN
@@ -9411,21 +9474,39 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_tick bigint;
+    v_by   name;
 BEGIN
+    IF subscribe.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF subscribe.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || subscribe.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || subscribe.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(subscribe.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(subscribe.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(subscribe.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', subscribe.stream_name);
     END IF;
-    IF subscription_name IS NULL OR subscription_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    IF subscription_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be empty';
+    END IF;
+    -- someone else's subscription (squatting, issue 29): said, and left as it is
+    SELECT u.position, u.created_by INTO v_tick, v_by FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF FOUND AND v_by <> current_user THEN
+        RAISE WARNING USING MESSAGE = format('subscription "%s" of stream "%s" already exists and belongs to role "%s"',
+                                             subscribe.subscription_name, subscribe.stream_name, v_by);
+        RETURN v_tick;
     END IF;
     IF subscription_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         RAISE EXCEPTION '% name cannot contain control characters', 'subscription' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
@@ -9446,9 +9527,7 @@ BEGIN
         WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name
           AND u.retry_queue IS DISTINCT FROM subscribe.retry_queue;
     END IF;
-    SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
-    IF FOUND THEN
+    IF v_tick IS NOT NULL THEN
         RETURN v_tick;
     END IF;
     IF start = 'earliest' THEN
@@ -9471,11 +9550,16 @@ BEGIN
     INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed, retry_queue)
     VALUES (stream_name, subscription_name, v_tick, v_tick, retry_queue)
     ON CONFLICT DO NOTHING;
-    RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
-            WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
+    SELECT u.position, u.created_by INTO v_tick, v_by FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF v_by <> current_user THEN  -- another role's subscribe came first
+        RAISE WARNING USING MESSAGE = format('subscription "%s" of stream "%s" already exists and belongs to role "%s"',
+                                             subscribe.subscription_name, subscribe.stream_name, v_by);
+    END IF;
+    RETURN v_tick;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription). Returns the starting position.';
+COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription the caller made). A subscription another role made is left as it is, with a WARNING naming that role. Returns the starting position.';
 
 CREATE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
 RETURNS boolean
@@ -9484,12 +9568,21 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF unsubscribe.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF unsubscribe.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unsubscribe.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unsubscribe.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(unsubscribe.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(unsubscribe.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(unsubscribe.stream_name, 'SELECT') THEN
@@ -9518,12 +9611,21 @@ DECLARE
     v_id   bigint;
     v_handed bigint;
 BEGIN
+    IF stream_read.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_read.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_read.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_read.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_read.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_read.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_read.stream_name, 'SELECT') THEN
@@ -9626,17 +9728,29 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_ack.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_ack.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_ack.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_ack.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_ack.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_ack.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_ack.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', stream_ack.stream_name);
+    END IF;
+    IF stream_ack.batch_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'batch_id cannot be NULL';
     END IF;
     SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
     WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name
@@ -9671,17 +9785,29 @@ DECLARE
     v_headers jsonb[];
     v_missing bigint[];
 BEGIN
+    IF stream_nack.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_nack.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_nack.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_nack.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_nack.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_nack.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_nack.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', stream_nack.stream_name);
+    END IF;
+    IF stream_nack.batch_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'batch_id cannot be NULL';
     END IF;
     IF ev_ids IS NULL OR cardinality(ev_ids) = 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'ev_ids cannot be NULL or empty';
@@ -9703,6 +9829,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
             MESSAGE = format('subscription "%s" of stream "%s" has no retry queue', subscription_name, stream_name),
             HINT = 'Give it one: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
+    END IF;
+    -- checked again where it is used: the copy runs with the rights of whoever nacks (a worker,
+    -- a superuser), so the queue must also be one the role that made the subscription (and set
+    -- the queue, _guard_stream_subscription) may send to. Otherwise nothing is copied and the
+    -- caller's transaction fails: its batch comes back after the lease, nothing is lost
+    IF NOT coalesce(pg_catalog.has_table_privilege(
+               (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_sub.created_by),
+               to_regclass(format('pgmq.%I', pgmq._format_table_name(v_sub.retry_queue, 'q'))), 'INSERT'),
+           false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", whose subscription "%s" of stream "%s" it is, may not send to its retry queue "%s"',
+                             v_sub.created_by, subscription_name, stream_name, v_sub.retry_queue),
+            HINT = 'Nothing was copied. The subscription''s role sets a queue it may send to: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
     END IF;
     SELECT * INTO v_b FROM pgmq.stream_batches b
     WHERE b.batch_id = stream_nack.batch_id AND b.stream_name = stream_nack.stream_name
@@ -9739,6 +9878,30 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF stream_rewind.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+    IF stream_rewind.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))) IS NULL END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_rewind.stream_name);
+    END IF;
+    IF to_time IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'to_time cannot be NULL';
+    END IF;
     RETURN pgmq.stream_rewind(stream_name, subscription_name,
         coalesce((SELECT max(t.tick_id) FROM pgmq.stream_ticks t
                   WHERE t.stream_name = stream_rewind.stream_name AND t.tick_time <= to_time),
@@ -9756,12 +9919,21 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_rewind.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_rewind.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
@@ -9805,11 +9977,52 @@ SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
        u.lost, u.retry_queue
 FROM pgmq.stream_subscriptions u
 JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
-CROSS JOIN LATERAL (SELECT greatest(coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(u.stream_name, 's') || '$seq')::regclass), 0) - t.last_ev_id, 0) AS lag) l
+CROSS JOIN LATERAL (SELECT greatest(coalesce(pgmq._stream_last_ev_id(u.stream_name), 0) - t.last_ev_id, 0) AS lag) l
 WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
 ORDER BY u.stream_name, u.subscription_name
 $fn$;
 COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
+
+
+-- _guard_stream_subscription: the rules of a subscription's steering columns, whoever writes the
+-- row (readers may, under its row security): created_by is the role that inserts it and never
+-- changes; the retry queue is set only by that role (or a member of it) and only to a queue it
+-- may send to (42501). stream_nack checks the queue again where it is used. Trusted roles are
+-- not held to them (pg_restore loading the catalog, the foreign key clearing a dropped queue).
+CREATE FUNCTION pgmq._guard_stream_subscription()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pgmq._is_trusted(current_user) THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' AND NEW.created_by IS DISTINCT FROM current_user
+       OR TG_OP = 'UPDATE' AND NEW.created_by IS DISTINCT FROM OLD.created_by THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('created_by of subscription "%s" of stream "%s" must be the role that subscribes',
+                             NEW.subscription_name, NEW.stream_name);
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.retry_queue IS DISTINCT FROM OLD.retry_queue
+       AND NOT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+                         FROM pg_catalog.pg_roles r WHERE r.rolname = OLD.created_by), false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('only role "%s" sets the retry queue of subscription "%s" of stream "%s"',
+                             OLD.created_by, NEW.subscription_name, NEW.stream_name);
+    END IF;
+    IF NEW.retry_queue IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.retry_queue IS DISTINCT FROM OLD.retry_queue)
+       AND NOT pgmq._queue_privilege(NEW.retry_queue, 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to retry queue "%s"', NEW.retry_queue);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE TRIGGER stream_subscriptions_guard BEFORE INSERT OR UPDATE OF created_by, retry_queue
+    ON pgmq.stream_subscriptions FOR EACH ROW EXECUTE FUNCTION pgmq._guard_stream_subscription();
 
 -- features/streams/functions/access.sql.j2
 -- _stream_acl: one GRANT or REVOKE of one privilege on one of a stream's objects; role_name NULL
@@ -9954,8 +10167,9 @@ $fn$;
 -- _set_stream_access: grant (allow) or revoke a role's read or write access (or both) to a
 -- stream: its parent, every segment and its id sequence. SECURITY DEFINER: the objects belong
 -- to the extension's owner; it acts for the stream's owner proven by _prove_caller. The stream's
--- row is locked first, so a rotation (which takes it) either finishes first and its new segment
--- is changed here, or comes after and copies the parent's new ACL.
+-- lock (shared: the lock order of _macros/stream.sql.j2), then its row, so a rotation (which
+-- takes the row) either finishes first and its new segment is changed here, or comes after and
+-- copies the parent's new ACL.
 CREATE FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -9975,7 +10189,7 @@ BEGIN
             MESSAGE = CASE WHEN access IS NULL THEN 'access cannot be NULL: give ''read'', ''write'' or ''all'''
                            ELSE format('access must be ''read'', ''write'' or ''all'', got "%s"', access) END;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
     SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _set_stream_access.stream_name
     FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -10037,6 +10251,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_name, 's');
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_stream_access(stream_name, role_name, access, true);
@@ -10051,6 +10269,10 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
     PERFORM pgmq._format_table_name(stream_name, 's');
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._set_stream_access(stream_name, role_name, access, false);
@@ -10877,7 +11099,13 @@ DECLARE
     v_args jsonb;
 BEGIN
     PERFORM pgmq._format_table_name(bind_stream.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || bind_stream.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || bind_stream.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(bind_stream.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(bind_stream.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', bind_stream.stream_name);
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
@@ -10926,7 +11154,13 @@ DECLARE
     v_ex pgmq.exchanges;
 BEGIN
     PERFORM pgmq._format_table_name(unbind_stream.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unbind_stream.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unbind_stream.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(unbind_stream.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(unbind_stream.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unbind_stream.stream_name);
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;

@@ -26,12 +26,24 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 -- replace: pgmq.set_dedup_window(text, integer)
 -- replace: pgmq.set_message_ttl(text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq._create_stream_for(text, interval, interval, bigint, boolean)
+-- replace: pgmq.create_stream(text, interval, interval, bigint, boolean)
+-- replace: pgmq._drop_stream_for(text)
+-- replace: pgmq.drop_stream(text)
+-- replace: pgmq._stream_append(text, jsonb[], jsonb[])
+-- replace: pgmq._stream_tick(text)
+-- replace: pgmq.stream_tick(text)
 -- replace: pgmq.subscribe(text, text, text, text)
 -- replace: pgmq.unsubscribe(text, text)
 -- replace: pgmq.stream_read(text, text, integer)
 -- replace: pgmq.stream_ack(text, text, bigint)
 -- replace: pgmq.stream_nack(text, text, bigint, bigint[], text, integer)
+-- replace: pgmq.stream_rewind(text, text, timestamp with time zone)
 -- replace: pgmq.stream_rewind(text, text, bigint)
+-- replace: pgmq.stream_info(text)
+-- replace: pgmq._set_stream_access(text, name, text, boolean)
+-- replace: pgmq.grant_stream_access(text, name, text)
+-- replace: pgmq.revoke_stream_access(text, name, text)
 -- replace: pgmq._exchange_for_publish(text, text)
 -- replace: pgmq.create_exchange(name, text)
 -- replace: pgmq.drop_exchange(name, boolean)
@@ -61,6 +73,8 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 -- replace: pgmq.move_messages(text, text, integer)
 -- replace: pgmq.grant_publish_access(name, name)
 -- replace: pgmq.revoke_publish_access(name, name)
+-- new: pgmq._stream_last_ev_id(text)
+-- new: pgmq._guard_stream_subscription()
 
 DROP FUNCTION pgmq.list_callbacks();
 
@@ -314,6 +328,285 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
 
+CREATE OR REPLACE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+BEGIN
+    PERFORM pgmq._validate_queue_name(stream_name);
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name;
+    IF FOUND THEN
+        IF v_owner <> v_caller THEN
+            RAISE WARNING USING MESSAGE = format('stream "%s" already exists and belongs to role "%s"', stream_name, v_owner);
+        END IF;
+        RETURN;
+    END IF;
+    IF to_regclass(format('pgmq.%I', v_parent)) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+            MESSAGE = format('stream "%s" conflicts with an existing table pgmq.%s', stream_name, v_parent);
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    EXECUTE format('CREATE SEQUENCE pgmq.%I', v_parent || '$seq');
+    EXECUTE format('CREATE SEQUENCE pgmq.%I MINVALUE 0', v_parent || '$tick');
+    EXECUTE format(
+        $q$CREATE TABLE pgmq.%I (
+            ev_id   BIGINT NOT NULL DEFAULT nextval(%L::regclass),
+            ev_txid XID8 NOT NULL DEFAULT pg_current_xact_id(),
+            ev_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT clock_timestamp(),
+            message JSONB,
+            headers JSONB
+        )$q$, v_parent, 'pgmq.' || quote_ident(v_parent || '$seq'));
+    INSERT INTO pgmq.streams (stream_name, owner, retention, rotation_period, retention_bytes, drop_unacked)
+    VALUES (stream_name, v_caller, retention, rotation_period, retention_bytes, drop_unacked);
+    EXECUTE format('CREATE TABLE pgmq.%I () INHERITS (pgmq.%I)',
+                   pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text, pgmq._format_table_name(_create_stream_for.stream_name, 's'));
+    EXECUTE format('CREATE INDEX ON pgmq.%I (ev_txid)', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text);
+    EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text,
+                   (SELECT s.owner FROM pgmq.streams s WHERE s.stream_name = _create_stream_for.stream_name));
+    PERFORM pgmq._copy_stream_acl(_create_stream_for.stream_name, pgmq._format_table_name(_create_stream_for.stream_name, 's') || '$' || ((0) % 100000)::text);
+    INSERT INTO pgmq.stream_segments (stream_name, segment) VALUES (_create_stream_for.stream_name, 0);
+    -- tick 0: the stream's creation, where 'earliest' starts (and the horizon, _stream_tick)
+    INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
+    VALUES (stream_name, 0, clock_timestamp(), pg_current_snapshot(), 0);
+    PERFORM setval(format('pgmq.%I', v_parent || '$tick')::regclass,
+                   pg_snapshot_xmax(pg_current_snapshot())::text::bigint);
+    IF v_caller <> current_user THEN
+        EXECUTE format('GRANT SELECT, INSERT ON TABLE pgmq.%I TO %I', v_parent, v_caller);
+        EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_parent || '$seq', v_caller);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.create_stream(stream_name text, retention interval DEFAULT '7 days'::interval, rotation_period interval DEFAULT '01:00:00'::interval, retention_bytes bigint DEFAULT NULL::bigint, drop_unacked boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._validate_queue_name(stream_name);
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention must be a non-negative interval';
+    END IF;
+    IF rotation_period IS NULL OR rotation_period < interval '1 second' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'rotation_period must be at least 1 second';
+    END IF;
+    IF retention_bytes <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retention_bytes must be positive';
+    END IF;
+    IF drop_unacked IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'drop_unacked cannot be NULL';
+    END IF;
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._create_stream_for(stream_name, retention, rotation_period, retention_bytes, drop_unacked);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create_stream(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean) IS 'Create a stream (an append-only log with subscriptions; idempotent): events are kept at least retention after their segment closes (and while a subscription has not acknowledged them, unless drop_unacked), in segments rotated every rotation_period; retention_bytes caps the size.';
+
+CREATE OR REPLACE FUNCTION pgmq._drop_stream_for(stream_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of stream "%s"', stream_name);
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.stream_paths'));
+    PERFORM FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name FOR UPDATE;
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I CASCADE', v_parent);  -- and its segments
+    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '$seq');
+    EXECUTE format('DROP SEQUENCE IF EXISTS pgmq.%I', v_parent || '$tick');
+    DELETE FROM pgmq.streams s WHERE s.stream_name = _drop_stream_for.stream_name;
+    RETURN true;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._drop_stream_for(stream_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._drop_stream_for(stream_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.drop_stream(stream_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    RETURN pgmq._drop_stream_for(stream_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_stream(stream_name text) IS 'Drop a stream with its events and subscriptions; false when there is none.';
+
+CREATE OR REPLACE FUNCTION pgmq._stream_append(stream_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_seg bigint;
+BEGIN
+    SELECT s.current_segment INTO v_seg FROM pgmq.streams s WHERE s.stream_name = _stream_append.stream_name;
+    IF NOT FOUND THEN
+        IF stream_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+        END IF;
+
+        PERFORM pgmq._format_table_name(stream_name, 's');  -- a bad name says so first
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$WITH ins AS (
+               INSERT INTO pgmq.%I (message, headers)
+               SELECT t.msg, t.hdr FROM unnest($1, $2) WITH ORDINALITY AS t(msg, hdr, ord) ORDER BY t.ord
+               RETURNING ev_id)
+           SELECT ev_id FROM ins ORDER BY ev_id$q$,
+        pgmq._format_table_name(stream_name, 's') || '$' || ((v_seg) % 100000)::text)
+    USING msgs, headers;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._stream_tick(stream_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id      bigint;
+    v_xmax    bigint;
+    v_horizon regclass;
+    v_key     bigint := hashtext('pgmq.stream_tick_' || stream_name);
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_tick.stream_name) THEN
+        RETURN NULL;
+    END IF;
+    v_horizon := format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$tick')::regclass;
+    PERFORM pg_advisory_lock(v_key);
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed'
+           AND pg_snapshot_xmax(pg_current_snapshot())::text::bigint <= coalesce(pg_sequence_last_value(v_horizon), 0) THEN
+            PERFORM pg_advisory_unlock(v_key);
+            RETURN NULL;
+        END IF;
+        -- its own statement, after the lock: in READ COMMITTED the snapshot is taken now
+        INSERT INTO pgmq.stream_ticks (stream_name, tick_id, tick_time, tick_snapshot, last_ev_id)
+        VALUES (stream_name, nextval('pgmq.stream_tick_seq'), clock_timestamp(), pg_current_snapshot(),
+                coalesce(pg_sequence_last_value(format('pgmq.%I', pgmq._format_table_name(stream_name, 's') || '$seq')::regclass), 0))
+        RETURNING tick_id, pg_snapshot_xmax(tick_snapshot)::text::bigint INTO v_id, v_xmax;
+        PERFORM setval(v_horizon, greatest(v_xmax, coalesce(pg_sequence_last_value(v_horizon), 0)));
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM pg_advisory_unlock(v_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(v_key);
+    RETURN v_id;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._stream_tick(stream_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._stream_tick(stream_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq._stream_last_ev_id(stream_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = _stream_last_ev_id.stream_name) THEN
+        RETURN NULL;
+    END IF;
+    RETURN pg_sequence_last_value(to_regclass(format('pgmq.%I',
+        pgmq._format_table_name(stream_name, 's') || '$seq')));
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.stream_tick(stream_name text DEFAULT NULL::text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name  text;
+    v_ticks integer := 0;
+BEGIN
+    IF stream_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_tick.stream_name) THEN
+        PERFORM pgmq._format_table_name(stream_name, 's');
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    FOR v_name IN SELECT s.stream_name FROM pgmq.streams s
+                  WHERE stream_tick.stream_name IS NULL OR s.stream_name = stream_tick.stream_name
+                  ORDER BY s.stream_name LOOP
+        -- skip a stream that is being created or dropped (its sequence may be gone by now), or
+        -- was dropped since an older snapshot was taken (enter_stream)
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || v_name));
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))));
+            CONTINUE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(v_name, 's'))) IS NULL;
+        END IF;
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = v_name);
+        IF pgmq._stream_news(v_name, (SELECT max(t.tick_id) FROM pgmq.stream_ticks t
+                                              WHERE t.stream_name = v_name)) THEN
+            v_ticks := v_ticks + ((pgmq._stream_tick(v_name)) IS NOT NULL)::integer;
+        END IF;
+        PERFORM pgmq._stream_maintain(v_name);
+    END LOOP;
+    RETURN v_ticks;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_tick(stream_name text) IS 'Tick the stream (or every stream) when events came since its last tick, rotate its segments and apply its retention; returns how many ticks were made. Readers tick on their own: call this from pg_cron (every few seconds to minutes) so that retention runs while nobody reads.';
+
 CREATE OR REPLACE FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text DEFAULT 'latest'::text, retry_queue text DEFAULT NULL::text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -322,21 +615,39 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_tick bigint;
+    v_by   name;
 BEGIN
+    IF subscribe.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF subscribe.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(subscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || subscribe.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || subscribe.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(subscribe.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = subscribe.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(subscribe.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', subscribe.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(subscribe.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', subscribe.stream_name);
     END IF;
-    IF subscription_name IS NULL OR subscription_name = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be NULL or empty';
+    IF subscription_name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'subscription_name cannot be empty';
+    END IF;
+    -- someone else's subscription (squatting, issue 29): said, and left as it is
+    SELECT u.position, u.created_by INTO v_tick, v_by FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF FOUND AND v_by <> current_user THEN
+        RAISE WARNING USING MESSAGE = format('subscription "%s" of stream "%s" already exists and belongs to role "%s"',
+                                             subscribe.subscription_name, subscribe.stream_name, v_by);
+        RETURN v_tick;
     END IF;
     IF subscription_name ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         RAISE EXCEPTION '% name cannot contain control characters', 'subscription' USING ERRCODE = 'invalid_name', HINT = 'Control characters (U+0001-U+001F, U+007F-U+009F) are printed raw by terminals.';
@@ -357,9 +668,7 @@ BEGIN
         WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name
           AND u.retry_queue IS DISTINCT FROM subscribe.retry_queue;
     END IF;
-    SELECT u.position INTO v_tick FROM pgmq.stream_subscriptions u
-    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
-    IF FOUND THEN
+    IF v_tick IS NOT NULL THEN
         RETURN v_tick;
     END IF;
     IF start = 'earliest' THEN
@@ -382,12 +691,17 @@ BEGIN
     INSERT INTO pgmq.stream_subscriptions (stream_name, subscription_name, position, handed, retry_queue)
     VALUES (stream_name, subscription_name, v_tick, v_tick, retry_queue)
     ON CONFLICT DO NOTHING;
-    RETURN (SELECT u.position FROM pgmq.stream_subscriptions u
-            WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name);
+    SELECT u.position, u.created_by INTO v_tick, v_by FROM pgmq.stream_subscriptions u
+    WHERE u.stream_name = subscribe.stream_name AND u.subscription_name = subscribe.subscription_name;
+    IF v_by <> current_user THEN  -- another role's subscribe came first
+        RAISE WARNING USING MESSAGE = format('subscription "%s" of stream "%s" already exists and belongs to role "%s"',
+                                             subscribe.subscription_name, subscribe.stream_name, v_by);
+    END IF;
+    RETURN v_tick;
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription). Returns the starting position.';
+COMMENT ON FUNCTION pgmq.subscribe(stream_name text, subscription_name text, start text, retry_queue text) IS 'Subscribe to a stream (idempotent): from ''latest'' (events committed from now on), ''earliest'' (every event still kept) or a tick id (a position from stream_info). retry_queue: a queue of the caller''s that stream_nack copies failed events into, created if missing (also set on an existing subscription the caller made). A subscription another role made is left as it is, with a WARNING naming that role. Returns the starting position.';
 
 CREATE OR REPLACE FUNCTION pgmq.unsubscribe(stream_name text, subscription_name text)
 RETURNS boolean
@@ -396,12 +710,21 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF unsubscribe.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF unsubscribe.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(unsubscribe.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unsubscribe.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unsubscribe.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(unsubscribe.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unsubscribe.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(unsubscribe.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unsubscribe.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(unsubscribe.stream_name, 'SELECT') THEN
@@ -430,12 +753,21 @@ DECLARE
     v_id   bigint;
     v_handed bigint;
 BEGIN
+    IF stream_read.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_read.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_read.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_read.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_read.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_read.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_read.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_read.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_read.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_read.stream_name, 'SELECT') THEN
@@ -514,17 +846,29 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_ack.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_ack.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_ack.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_ack.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_ack.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_ack.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_ack.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_ack.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_ack.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_ack.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', stream_ack.stream_name);
+    END IF;
+    IF stream_ack.batch_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'batch_id cannot be NULL';
     END IF;
     SELECT * INTO v_sub FROM pgmq.stream_subscriptions u
     WHERE u.stream_name = stream_ack.stream_name AND u.subscription_name = stream_ack.subscription_name
@@ -560,17 +904,29 @@ DECLARE
     v_headers jsonb[];
     v_missing bigint[];
 BEGIN
+    IF stream_nack.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_nack.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_nack.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_nack.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_nack.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_nack.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_nack.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_nack.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_nack.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_nack.stream_name, 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied for stream "%s"', stream_nack.stream_name);
+    END IF;
+    IF stream_nack.batch_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'batch_id cannot be NULL';
     END IF;
     IF ev_ids IS NULL OR cardinality(ev_ids) = 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'ev_ids cannot be NULL or empty';
@@ -592,6 +948,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
             MESSAGE = format('subscription "%s" of stream "%s" has no retry queue', subscription_name, stream_name),
             HINT = 'Give it one: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
+    END IF;
+    -- checked again where it is used: the copy runs with the rights of whoever nacks (a worker,
+    -- a superuser), so the queue must also be one the role that made the subscription (and set
+    -- the queue, _guard_stream_subscription) may send to. Otherwise nothing is copied and the
+    -- caller's transaction fails: its batch comes back after the lease, nothing is lost
+    IF NOT coalesce(pg_catalog.has_table_privilege(
+               (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_sub.created_by),
+               to_regclass(format('pgmq.%I', pgmq._format_table_name(v_sub.retry_queue, 'q'))), 'INSERT'),
+           false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", whose subscription "%s" of stream "%s" it is, may not send to its retry queue "%s"',
+                             v_sub.created_by, subscription_name, stream_name, v_sub.retry_queue),
+            HINT = 'Nothing was copied. The subscription''s role sets a queue it may send to: subscribe(stream_name, subscription_name, retry_queue => ''...'').';
     END IF;
     SELECT * INTO v_b FROM pgmq.stream_batches b
     WHERE b.batch_id = stream_nack.batch_id AND b.stream_name = stream_nack.stream_name
@@ -622,6 +991,46 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.stream_nack(stream_name text, subscription_name text, batch_id bigint, ev_ids bigint[], error text, delay integer) IS 'Copy events of a batch that failed into the subscription''s retry queue (an ordinary queue: its retry policy and dead-letter queue apply there), with the error and where they came from in their headers, visible after delay seconds; then acknowledge the batch in the same transaction and the stream moves on. Returns how many events were copied.';
 
+CREATE OR REPLACE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF stream_rewind.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+    IF stream_rewind.subscription_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))) IS NULL END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
+    END IF;
+    IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for stream "%s"', stream_rewind.stream_name);
+    END IF;
+    IF to_time IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'to_time cannot be NULL';
+    END IF;
+    RETURN pgmq.stream_rewind(stream_name, subscription_name,
+        coalesce((SELECT max(t.tick_id) FROM pgmq.stream_ticks t
+                  WHERE t.stream_name = stream_rewind.stream_name AND t.tick_time <= to_time),
+                 (SELECT min(t.tick_id) FROM pgmq.stream_ticks t WHERE t.stream_name = stream_rewind.stream_name)));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_time timestamp with time zone) IS 'Move a subscription back (or forward) to the last position at or before to_time; its open batches are dropped and every event committed after that position is delivered again. Returns the position.';
+
 CREATE OR REPLACE FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -631,12 +1040,21 @@ AS $fn$
 DECLARE
     v_sub pgmq.stream_subscriptions;
 BEGIN
+    IF stream_rewind.stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
     IF stream_rewind.subscription_name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'subscription name cannot be NULL';
     END IF;
 
     PERFORM pgmq._format_table_name(stream_rewind.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_rewind.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = stream_rewind.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(stream_rewind.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_rewind.stream_name);
     END IF;
     IF NOT pgmq._stream_privilege(stream_rewind.stream_name, 'SELECT') THEN
@@ -667,6 +1085,172 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.stream_rewind(stream_name text, subscription_name text, to_position bigint) IS 'Move a subscription to a position (a tick id from stream_info or subscribe); its open batches are dropped. Returns the position.';
+
+CREATE OR REPLACE FUNCTION pgmq.stream_info(stream_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.stream_info_record
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT u.stream_name::text, u.subscription_name, u.position, t.tick_time, l.lag,
+       CASE WHEN l.lag > 0 THEN extract(epoch FROM clock_timestamp() - t.tick_time)::double precision ELSE 0 END,
+       (SELECT count(*) FROM pgmq.stream_batches b
+        WHERE b.stream_name = u.stream_name AND b.subscription_name = u.subscription_name),
+       u.lost, u.retry_queue
+FROM pgmq.stream_subscriptions u
+JOIN pgmq.stream_ticks t ON t.stream_name = u.stream_name AND t.tick_id = u.position
+CROSS JOIN LATERAL (SELECT greatest(coalesce(pgmq._stream_last_ev_id(u.stream_name), 0) - t.last_ev_id, 0) AS lag) l
+WHERE ($1 IS NULL OR u.stream_name = $1) AND pgmq._stream_privilege(u.stream_name, 'SELECT')
+ORDER BY u.stream_name, u.subscription_name
+$fn$;
+
+COMMENT ON FUNCTION pgmq.stream_info(stream_name text) IS 'Every subscription (of one stream, or all the caller may read): position and its time, lag in events (ids handed out since the position) and seconds (0 when none), batches out, events lost to retention, the retry queue.';
+
+CREATE FUNCTION pgmq._guard_stream_subscription()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF pgmq._is_trusted(current_user) THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' AND NEW.created_by IS DISTINCT FROM current_user
+       OR TG_OP = 'UPDATE' AND NEW.created_by IS DISTINCT FROM OLD.created_by THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('created_by of subscription "%s" of stream "%s" must be the role that subscribes',
+                             NEW.subscription_name, NEW.stream_name);
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.retry_queue IS DISTINCT FROM OLD.retry_queue
+       AND NOT coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+                         FROM pg_catalog.pg_roles r WHERE r.rolname = OLD.created_by), false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('only role "%s" sets the retry queue of subscription "%s" of stream "%s"',
+                             OLD.created_by, NEW.subscription_name, NEW.stream_name);
+    END IF;
+    IF NEW.retry_queue IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.retry_queue IS DISTINCT FROM OLD.retry_queue)
+       AND NOT pgmq._queue_privilege(NEW.retry_queue, 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to retry queue "%s"', NEW.retry_queue);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_parent text := pgmq._format_table_name(stream_name, 's');
+    v_owner  name;
+    v_table  text;
+    v_role   name := CASE WHEN role_name = 'public' THEN NULL ELSE role_name END;
+BEGIN
+    IF access IS NULL OR access NOT IN ('read', 'write', 'all') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = CASE WHEN access IS NULL THEN 'access cannot be NULL: give ''read'', ''write'' or ''all'''
+                           ELSE format('access must be ''read'', ''write'' or ''all'', got "%s"', access) END;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || stream_name));
+    SELECT s.owner INTO v_owner FROM pgmq.streams s WHERE s.stream_name = _set_stream_access.stream_name
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', stream_name);
+    END IF;
+    IF NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') AND NOT pgmq._is_trusted(v_caller) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('must be owner of stream "%s"', stream_name);
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF role_name IN (v_owner, (SELECT r.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+                               WHERE c.oid = to_regclass(format('pgmq.%I', v_parent)))) THEN
+        IF allow THEN
+            RETURN;  -- it has every privilege of a stream already
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
+            MESSAGE = format('role "%s" owns stream "%s": its access cannot be revoked', role_name, stream_name);
+    END IF;
+    FOR v_table IN SELECT v_parent
+                   UNION ALL
+                   SELECT pgmq._format_table_name(g.stream_name, 's') || '$' || ((g.segment) % 100000)::text FROM pgmq.stream_segments g
+                   WHERE g.stream_name = _set_stream_access.stream_name LOOP
+        IF access IN ('read', 'all') THEN
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT', v_role, allow);
+        END IF;
+        IF access IN ('write', 'all') THEN
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'INSERT', v_role, allow);
+            PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT (ev_id)', v_role, allow);
+        END IF;
+        -- a table's REVOKE SELECT takes its column privileges too (a writer's SELECT (ev_id)):
+        -- the access the role keeps is granted again
+        IF NOT allow THEN
+            IF access NOT IN ('read', 'all') AND pgmq._stream_holds(v_table, v_role, 'SELECT') THEN
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT', v_role, true);
+            END IF;
+            IF access NOT IN ('write', 'all') AND pgmq._stream_holds(v_table, v_role, 'INSERT') THEN
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'INSERT', v_role, true);
+                PERFORM pgmq._stream_acl('TABLE', v_table, 'SELECT (ev_id)', v_role, true);
+            END IF;
+        END IF;
+    END LOOP;
+    IF access IN ('read', 'all') THEN
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '$seq', 'SELECT', v_role, allow);
+    END IF;
+    IF access IN ('write', 'all') THEN
+        PERFORM pgmq._stream_acl('SEQUENCE', v_parent || '$seq', 'USAGE', v_role, allow);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_stream_access(stream_name text, role_name name, access text, allow boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.grant_stream_access(stream_name text, role_name name, access text DEFAULT 'all'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_stream_access(stream_name, role_name, access, true);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.grant_stream_access(stream_name text, role_name name, access text) IS 'Give a role (or ''public'') access to a stream (stream owner only): ''read'' (subscribe, read, acknowledge), ''write'' (send, bind to an exchange) or ''all''. It holds for the segments rotation makes later too.';
+
+CREATE OR REPLACE FUNCTION pgmq.revoke_stream_access(stream_name text, role_name name, access text DEFAULT 'all'::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF stream_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'stream name cannot be NULL';
+    END IF;
+
+    PERFORM pgmq._format_table_name(stream_name, 's');
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_stream_access(stream_name, role_name, access, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.revoke_stream_access(stream_name text, role_name name, access text) IS 'Take from a role (or ''public'') access to a stream (stream owner only): ''read'' (subscribe, read, acknowledge), ''write'' (send, bind to an exchange) or ''all''. It holds for the segments rotation makes later too.';
 
 CREATE OR REPLACE FUNCTION pgmq._exchange_for_publish(exchange_name text, routing_key text)
 RETURNS pgmq.exchanges
@@ -967,7 +1551,13 @@ DECLARE
     v_args jsonb;
 BEGIN
     PERFORM pgmq._format_table_name(bind_stream.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || bind_stream.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || bind_stream.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(bind_stream.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = bind_stream.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(bind_stream.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', bind_stream.stream_name);
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = bind_stream.exchange_name;
@@ -1017,7 +1607,13 @@ DECLARE
     v_ex pgmq.exchanges;
 BEGIN
     PERFORM pgmq._format_table_name(unbind_stream.stream_name, 's');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name) THEN
+    IF NOT pg_try_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unbind_stream.stream_name)) OR current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('pgmq.stream_' || unbind_stream.stream_name));
+        PERFORM pg_catalog.pg_relation_size(to_regclass(format('pgmq.%I', pgmq._format_table_name(unbind_stream.stream_name, 's'))));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.streams s WHERE s.stream_name = unbind_stream.stream_name)
+       OR (CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN false
+                ELSE to_regclass(format('pgmq.%I', pgmq._format_table_name(unbind_stream.stream_name, 's'))) IS NULL END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('stream "%s" does not exist', unbind_stream.stream_name);
     END IF;
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = unbind_stream.exchange_name;
@@ -1862,3 +2458,22 @@ BEGIN
         END IF;
     END LOOP;
 END $runners$;
+
+-- Streams: each stream's tick horizon (_stream_tick), at the newest tick there can be (every
+-- snapshot taken so far has an xmax at most this transaction's id); like those create_stream
+-- makes, not extension members. And the rules of a subscription's steering columns
+-- (_guard_stream_subscription).
+DO $horizons$
+DECLARE
+    v_parent text;
+BEGIN
+    FOR v_parent IN SELECT pgmq._format_table_name(s.stream_name, 's') FROM pgmq.streams s LOOP
+        EXECUTE format('CREATE SEQUENCE pgmq.%I MINVALUE 0', v_parent || '$tick');
+        EXECUTE format('ALTER EXTENSION pgmq DROP SEQUENCE pgmq.%I', v_parent || '$tick');
+        PERFORM pg_catalog.setval(format('pgmq.%I', v_parent || '$tick')::regclass,
+                                  pg_catalog.pg_current_xact_id()::text::bigint);
+    END LOOP;
+END
+$horizons$;
+CREATE TRIGGER stream_subscriptions_guard BEFORE INSERT OR UPDATE OF created_by, retry_queue
+    ON pgmq.stream_subscriptions FOR EACH ROW EXECUTE FUNCTION pgmq._guard_stream_subscription();

@@ -499,7 +499,7 @@ ROUTINES = policies(
            definer_reason="stream_send and stream_send_batch belong to the extension's owner; it rewrites "
            "them from pgmq.streams alone (names quoted), so the result does not depend on who asks"),
     "_heal_stream_paths", "_streams_changed", "_stream_privilege",
-    "_stream_news",
+    "_stream_last_ev_id", "_stream_news",
     Policy("_stream_tick",
            definer_reason="PUBLIC cannot write ticks; a tick is a snapshot and a counter of the named stream, "
            "nothing the caller gives but the name"),
@@ -507,7 +507,7 @@ ROUTINES = policies(
            definer_reason="rotates and drops segment tables (the extension owner's) by the stream's own "
            "settings and the clock; nothing the caller gives but the name"),
     "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "stream_read",
-    "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info",
+    "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info", "_guard_stream_subscription",
     "_stream_acl", "_stream_holds", "_copy_stream_acl",
     Policy("_set_stream_access",
            definer_reason="grants and revokes privileges on a stream's tables and sequence (the extension "

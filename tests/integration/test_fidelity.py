@@ -594,7 +594,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
               "_run_partition_maintenance", "_queues_changed", "_streams_changed",
-              "_forget_dedup_keys"}
+              "_forget_dedup_keys", "_guard_stream_subscription"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -844,7 +844,7 @@ SELECT pgmq.subscribe('st', 's1', retry_queue => 'st_retry')
 SELECT pgmq.stream_nack('st', 's1', (SELECT max(batch_id) FROM pgmq.stream_batches), (SELECT array_agg(ev_id) FROM pgmq.s_st))
 SELECT pgmq.stream_ack('st', 's1', (SELECT max(batch_id) FROM pgmq.stream_batches))
 SELECT pgmq.stream_rewind('st', 's1', 0::bigint), pgmq.stream_rewind('st', 's1', now())
-SELECT * FROM pgmq.stream_info()
+SELECT * FROM pgmq.stream_info(), pgmq._stream_last_ev_id('st')
 SELECT pgmq._stream_count_unseen('s_st$0', pg_current_snapshot())
 SELECT pgmq.stream_tick(), pgmq._stream_maintain('st')
 SELECT pgmq.unsubscribe('st', 's2')

@@ -217,6 +217,6 @@ def test_no_other_streams_name_is_one_of_its_segments(conn):
     assert drain(conn, "a") == [1, 2]
     assert drain(conn, "a", stream="ev_1") == [3]
     assert column(conn, "SELECT relname FROM pg_class WHERE relname LIKE 's\\_ev%%' AND relkind IN ('r', 'S') "
-                        "ORDER BY 1") == ["s_ev", "s_ev$0", "s_ev$1", "s_ev$2", "s_ev$seq", "s_ev_1", "s_ev_1$0",
-                                          "s_ev_1$seq", "s_ev_2", "s_ev_2$0", "s_ev_2$seq", "s_ev_seq", "s_ev_seq$0",
-                                          "s_ev_seq$seq"]
+                        "ORDER BY 1") == ["s_ev", "s_ev$0", "s_ev$1", "s_ev$2", "s_ev$seq", "s_ev$tick", "s_ev_1",
+                                          "s_ev_1$0", "s_ev_1$seq", "s_ev_1$tick", "s_ev_2", "s_ev_2$0", "s_ev_2$seq",
+                                          "s_ev_2$tick", "s_ev_seq", "s_ev_seq$0", "s_ev_seq$seq", "s_ev_seq$tick"]
