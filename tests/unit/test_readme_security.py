@@ -1,0 +1,31 @@
+"""README "Security" names every SECURITY DEFINER routine the manifest allows, and no other
+routine as one."""
+
+import re
+from pathlib import Path
+
+from pgmq_build.manifest import ROUTINES
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def security_section() -> str:
+    text = README.read_text()
+    start = text.index("\n## Security\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_security_lists_every_definer_routine():
+    section = security_section()
+    definers = {p.name for p in ROUTINES if p.definer_reason}
+    assert len(definers) >= 18
+    missing = sorted(n for n in definers if f"`{n}`" not in section)
+    assert not missing, f"README Security does not name these SECURITY DEFINER routines: {missing}"
+
+
+def test_the_list_names_only_definer_routines():
+    section = security_section()
+    listing = section[section.index("goes through small SECURITY DEFINER routines"):]
+    listing = listing[:listing.index("A test holds this list")]
+    named = set(re.findall(r"`(_?[a-z_]+)`", listing))
+    assert named == {p.name for p in ROUTINES if p.definer_reason}
