@@ -5767,9 +5767,10 @@ CREATE TABLE pgmq.queue_settings (
     message_ttl       INTEGER CHECK (message_ttl > 0),
     -- some message carried x-pgmq-ttl or x-pgmq-max-retries: reads must check every row
     message_limits    BOOLEAN NOT NULL DEFAULT false,
-    -- typed payloads (set_payload_type): format_type() of the queue's payload type, NULL =
-    -- jsonb. Text, not regtype: pg_upgrade refuses reg* columns in user tables.
-    payload_type      TEXT CHECK (payload_type <> 'jsonb'),
+    -- typed payloads (set_payload_type): the queue's payload type, NULL = jsonb. A regtype, so
+    -- the type is held by OID, never by a name to resolve again (pg_upgrade keeps regtype
+    -- columns: it refuses only the reg* types of objects whose OIDs it does not preserve).
+    payload_type      REGTYPE CHECK (payload_type <> 'jsonb'::regtype),
     paused            BOOLEAN NOT NULL DEFAULT false,
     priorities        BOOLEAN NOT NULL DEFAULT false
 );
@@ -6444,7 +6445,7 @@ BEGIN
     IF v_policy.paused THEN
         RETURN NULL;  -- paused (features/ops): consumers get nothing
     END IF;
-    IF v_policy.payload_type <> ALL (kinds) THEN
+    IF format_type(v_policy.payload_type, NULL) <> ALL (kinds) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
                              array_to_string(kinds, ' or '));
@@ -11724,20 +11725,19 @@ COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-mes
 -- ---------------------------------------------------------------- feature: payloads
 
 -- features/payloads/functions/types.sql.j2
--- _payload_type_of: the payload type of a queue as format_type() prints it ('jsonb' unless
--- set); 42P01 for an unknown queue.
+-- _payload_type_of: the payload type of a queue (jsonb unless set); 42P01 for an unknown queue.
 CREATE FUNCTION pgmq._payload_type_of(queue_name text)
-RETURNS text
+RETURNS regtype
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text;
+    v_type regtype;
 BEGIN
     SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
     IF v_type IS NULL THEN
-        v_type := 'jsonb';
+        v_type := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
             IF _payload_type_of.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -11762,7 +11762,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text := format_type(pg_typeof(payload), NULL);
+    v_type regtype := pg_typeof(payload);
 BEGIN
     IF payload IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
@@ -11770,25 +11770,28 @@ BEGIN
     IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    IF v_type = 'jsonb' THEN
+    IF v_type = 'jsonb'::regtype THEN
         message := payload;
         headers := extra_headers - 'x-pgmq-payload';
     ELSE
-        IF v_type = 'bytea' THEN
+        IF v_type = 'bytea'::regtype THEN
             message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-        ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+        ELSIF v_type IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
             -- their text as stored (xml output would drop the declaration): no setting changes it
             message := to_jsonb(payload::text);
         ELSE
             message := pgmq._encode_payload_io(payload);
         END IF;
-        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
+        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_type, NULL));
     END IF;
 END;
 $fn$;
 
 -- _decode_payload: the payload of a stored message as the type of payload_type (a typed NULL).
--- jsonb gets the message as stored; any other type needs the message's marker to name it.
+-- jsonb gets the message as stored; any other type needs the message's marker to name it. The
+-- text becomes the type through its input function, found by OID: converted from a cstring,
+-- which no cast can come from (PostgreSQL refuses casts from pseudo-types), so a cast from
+-- text that the type's owner created never runs.
 CREATE FUNCTION pgmq._decode_payload(message jsonb, headers jsonb, payload_type anyelement)
 RETURNS anyelement
 LANGUAGE plpgsql
@@ -11803,34 +11806,35 @@ SET array_nulls = on
 SET lc_monetary = 'C'
 AS $fn$
 DECLARE
-    v_type   text := format_type(pg_typeof(payload_type), NULL);
-    v_kind   text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
-    v_schema name;
-    v_name   name;
+    v_type regtype := pg_typeof(payload_type);
+    v_kind text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_base oid := v_type;
+    v_typtype "char";
+    v_next oid;
 BEGIN
-    IF message IS NULL OR v_type = 'jsonb' THEN
+    IF message IS NULL OR v_type = 'jsonb'::regtype THEN
         RETURN message;
     END IF;
-    IF v_kind <> v_type OR jsonb_typeof(message) <> 'string' THEN
+    IF v_kind <> format_type(v_type, NULL) OR jsonb_typeof(message) <> 'string' THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('message holds a %s payload, not %s', v_kind, v_type);
     END IF;
-    IF v_type = 'bytea' THEN
+    IF v_type = 'bytea'::regtype THEN
         RETURN decode(message #>> '{}', 'base64');
     END IF;
     -- A composite (or a domain over one) cannot be RETURNed from text: PL/pgSQL would take the
-    -- text for a row. Cast it in SQL and take the fields into the result row instead.
-    SELECT n.nspname, t.typname INTO v_schema, v_name
-    FROM pg_catalog.pg_type t
-    JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-    JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-    WHERE t.oid = pg_typeof(payload_type) AND b.typtype = 'c';
-    IF FOUND THEN
-        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO payload_type USING message #>> '{}';
-        RETURN payload_type;  -- the argument is a variable of the result type
+    -- text for a row. Its input function (by OID) makes the row; assigning it to the argument,
+    -- a variable of the result type, checks a domain's constraints.
+    LOOP  -- through domains to the base type
+        SELECT t.typtype, t.typbasetype INTO v_typtype, v_next FROM pg_catalog.pg_type t WHERE t.oid = v_base;
+        EXIT WHEN v_typtype IS DISTINCT FROM 'd';
+        v_base := v_next;
+    END LOOP;
+    IF v_typtype = 'c' THEN
+        payload_type := pg_catalog.record_in((message #>> '{}')::cstring, v_base, -1);
+        RETURN payload_type;
     END IF;
-    -- text to the result type: its input function (PL/pgSQL converts by text I/O)
-    RETURN message #>> '{}';
+    RETURN (message #>> '{}')::cstring;  -- the type's input function (PL/pgSQL converts by I/O)
 END;
 $fn$;
 
@@ -11854,31 +11858,16 @@ BEGIN
 END;
 $fn$;
 
--- _payload_ok: whether a stored payload text reads back as the type (format_type spelling).
--- Part of a typed queue's CHECK constraint, so a message written around the typed functions
--- (upstream's send with a forged marker) cannot make read_payload fail for everyone after it.
--- The checks that depend on no setting are answered here, without pinned settings (a SET
--- clause is paid on every insert); the rest by _payload_ok_io.
-CREATE FUNCTION pgmq._payload_ok(payload text, type_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF payload IS NULL THEN
-        RETURN false;
-    ELSIF type_name IN ('text', 'character varying') THEN
-        RETURN true;
-    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
-        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length(payload), 4) = 0;
-    END IF;
-    RETURN pgmq._payload_ok_io(payload, type_name);
-END;
-$fn$;
-
--- _payload_ok_io: _payload_ok for the types whose reading depends on settings (pinned here).
-CREATE FUNCTION pgmq._payload_ok_io(payload text, type_name text)
+-- _payload_ok: whether a stored payload text reads back as the type. Part of the CHECK
+-- constraint of a typed queue of any type but text, varchar and bytea (which check in the
+-- condition itself), so a message written around the typed functions (upstream's send with a
+-- forged marker) cannot make read_payload fail for everyone after it. The type comes as a
+-- regtype constant of the constraint: its OID. A type that can run code (not a built-in one,
+-- not an enum) must still be trusted when a row is written (its owner may have changed since
+-- set_payload_type approved it): 42501 otherwise. The text is read by the type's input
+-- function found by OID (array_in reads a one-element array of the type: an element goes
+-- through the element type's input, as a domain's does through its checks): no cast, no name.
+CREATE FUNCTION pgmq._payload_ok(payload text, payload_type regtype)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -11892,19 +11881,27 @@ SET array_nulls = on
 SET lc_monetary = 'C'
 AS $fn$
 DECLARE
-    v_schema name;
-    v_name   name;
+    v_untrusted text;
 BEGIN
-    IF type_name = 'xml' THEN
+    IF payload IS NULL THEN
+        RETURN false;
+    END IF;
+    IF payload_type::oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own types
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = payload_type AND t.typtype = 'e') THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted),
+                HINT = 'Its input would run with the rights of whoever writes the queue (README "Security").';
+        END IF;
+    END IF;
+    IF payload_type = 'xml'::regtype THEN
         RETURN xml_is_well_formed(payload);  -- by xmloption
     END IF;
-    SELECT n.nspname, t.typname INTO v_schema, v_name
-    FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-    WHERE t.oid = type_name::regtype;
     BEGIN
-        EXECUTE format('SELECT $1::%I.%I', v_schema, v_name) USING payload;
-    EXCEPTION WHEN data_exception OR invalid_text_representation OR check_violation
-                   OR not_null_violation OR integrity_constraint_violation THEN
+        PERFORM pg_catalog.array_in(('{"' || replace(replace(payload, '\', '\\'), '"', '\"') || '"}')::cstring,
+                                    payload_type, -1);
+    EXCEPTION WHEN data_exception OR check_violation OR not_null_violation OR integrity_constraint_violation THEN
         RETURN false;
     END;
     RETURN true;
@@ -11969,11 +11966,10 @@ LIMIT 1
 $fn$;
 
 -- _set_payload_check: puts on a queue's table the CHECK constraint pgmq_payload_type for
--- type_name (format_type spelling; NULL: none, the queue takes jsonb), for the queue's owner
--- proven by _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The
--- type must be trusted (_payload_type_untrusted): the constraint runs its input function for
--- every writer.
-CREATE FUNCTION pgmq._set_payload_check(queue_name text, type_name text)
+-- payload_type (NULL: none, the queue takes jsonb), for the queue's owner proven by
+-- _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The type must be
+-- trusted (_payload_type_untrusted): the constraint runs its input function for every writer.
+CREATE FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -11989,34 +11985,34 @@ BEGIN
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF type_name IS NOT NULL THEN
-        v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
+    IF payload_type IS NOT NULL THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
         IF v_untrusted IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('payload type %s is not trusted: %s', type_name, v_untrusted);
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
         EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
     END IF;
-    IF type_name IN ('text', 'character varying') THEN
+    IF _set_payload_check.payload_type IN ('text'::regtype, 'character varying'::regtype) THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
                           CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
-                       v_qtable, type_name);
-    ELSIF type_name = 'bytea' THEN
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type = 'bytea'::regtype THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
                           CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
-                       v_qtable, type_name);
-    ELSIF type_name IS NOT NULL THEN
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type IS NOT NULL THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
-                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L), false))$c$,
-                       v_qtable, type_name, type_name);
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L::regtype), false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL), _set_payload_check.payload_type::oid);
     END IF;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) TO PUBLIC;
+REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) TO PUBLIC;
 
 -- set_payload_type: fix the payload type of an empty queue (jsonb: back to untyped).
 CREATE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
@@ -12028,8 +12024,8 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_kind   "char";
-    v_old    text;
-    v_new    text;
+    v_old    regtype;
+    v_new    regtype := set_payload_type.payload_type;
     v_busy   boolean;
     v_source text;
     v_untrusted text;
@@ -12042,7 +12038,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
     END IF;
-    v_new := format_type(set_payload_type.payload_type, NULL);
     v_untrusted := pgmq._payload_type_untrusted(set_payload_type.payload_type);
     IF v_untrusted IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -12066,7 +12061,7 @@ BEGIN
     END IF;
 
     INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
-    VALUES (queue_name, nullif(v_new, 'jsonb'))
+    VALUES (queue_name, nullif(v_new, 'jsonb'::regtype))
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
     -- Dead letters must still fit where they go, both ways (checked on the new settings; an
     -- error undoes them).
@@ -12100,7 +12095,7 @@ BEGIN
     END LOOP;
 
     PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'));
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
@@ -12129,12 +12124,12 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_name text := pgmq._payload_type_of(queue_name);
-    v_type regtype := to_regtype(v_name);
+    v_type regtype := pgmq._payload_type_of(queue_name);
 BEGIN
-    IF v_type IS NULL THEN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_type) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_name, queue_name);
+            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_type::oid, queue_name),
+            HINT = 'Purge the queue, then set_payload_type a type again.';
     END IF;
     RETURN v_type;
 END;
@@ -12150,8 +12145,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held    text;
-    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_held    regtype;
+    v_given   regtype := pg_typeof(payload);
     v_message jsonb;
     v_headers jsonb;
     v_vt      timestamp with time zone;
@@ -12159,7 +12154,7 @@ DECLARE
 BEGIN
     SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
     IF v_held IS NULL THEN
-        v_held := 'jsonb';
+        v_held := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
             IF send_payload.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -12170,6 +12165,11 @@ BEGIN
         END IF;
     END IF;
     IF v_held <> v_given THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
@@ -12179,19 +12179,19 @@ BEGIN
     IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    IF v_given = 'jsonb' THEN
+    IF v_given = 'jsonb'::regtype THEN
         v_message := payload;
         v_headers := send_payload.headers - 'x-pgmq-payload';
     ELSE
-        IF v_given = 'bytea' THEN
+        IF v_given = 'bytea'::regtype THEN
             v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+        ELSIF v_given IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
             -- their text as stored (xml output would drop the declaration): no setting changes it
             v_message := to_jsonb(payload::text);
         ELSE
             v_message := pgmq._encode_payload_io(payload);
         END IF;
-        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_given, NULL));
     END IF;
     IF delay < 0 THEN
         RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
@@ -12246,19 +12246,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held  text := pgmq._payload_type_of(queue_name);
-    v_given text := format_type(pg_typeof(payload_type), NULL);
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
 BEGIN
-    IF v_held <> v_given THEN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
     END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
     END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
@@ -12276,19 +12284,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held  text := pgmq._payload_type_of(queue_name);
-    v_given text := format_type(pg_typeof(payload_type), NULL);
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
 BEGIN
-    IF v_held <> v_given THEN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
     END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
     END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
@@ -12427,7 +12443,7 @@ AS $fn$
 DECLARE
     v_message jsonb := q_msg_body;
     v_headers jsonb;
-    v_held    text := pgmq._payload_type_of(q_name::text);
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -12436,7 +12452,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    IF v_held NOT IN ('jsonb', 'jsonb') THEN
+    IF v_held NOT IN ('jsonb'::regtype, 'jsonb'::regtype) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got jsonb', q_name, v_held);
     END IF;
@@ -12457,7 +12473,7 @@ AS $fn$
 DECLARE
     v_message jsonb := NULL;
     v_headers jsonb;
-    v_held    text := pgmq._payload_type_of(q_name::text);
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -12466,7 +12482,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    IF v_held NOT IN ('jsonb', 'xml') THEN
+    IF v_held NOT IN ('jsonb'::regtype, 'xml'::regtype) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got xml', q_name, v_held);
     END IF;
@@ -14016,140 +14032,519 @@ END
 $adopt$;
 DROP FUNCTION pgmq._upstream_notify_queue_listeners();
 
--- Queue owners, then the queue tables handed to the extension's owner (README "Security").
+-- Queue owners, then the queue tables swept of what pgmq did not make and handed to the
+-- extension's owner (README "Security").
 INSERT INTO pgmq.queue_owners (queue_name, owner)
 SELECT m.queue_name, pg_catalog.pg_get_userbyid(c.relowner)
 FROM pgmq.meta m
 JOIN pg_catalog.pg_class c
   ON c.oid = pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', pgmq.format_table_name(m.queue_name, 'q')));
 
+DO $sweep$
+DECLARE
+    v_rels    oid[];
+    v_ours    oid[];
+    v_rel     record;
+    v_obj     record;
+    v_x       record;
+    v_what    text;
+    v_refused text[] := '{}';
+BEGIN
+    -- Every queue's tables, then the partitions of ours (a parent before its partitions: what
+    -- a partition inherits is judged with its parent).
+    WITH RECURSIVE rels(oid, depth) AS (
+        SELECT c.oid, 0
+        FROM pgmq.meta m
+        CROSS JOIN (VALUES ('q'), ('a')) p(prefix)
+        JOIN pg_catalog.pg_class c
+          ON c.oid = pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', pgmq.format_table_name(m.queue_name, p.prefix)))
+        WHERE c.relkind IN ('r', 'p')
+        UNION ALL
+        SELECT c.oid, r.depth + 1
+        FROM rels r
+        JOIN pg_catalog.pg_inherits i ON i.inhparent = r.oid
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        WHERE c.relispartition AND c.relnamespace = 'pgmq'::regnamespace AND c.relkind IN ('r', 'p')
+    )
+    SELECT pg_catalog.array_agg(r.oid ORDER BY r.depth, c.relname) INTO v_rels
+    FROM rels r JOIN pg_catalog.pg_class c ON c.oid = r.oid;
+    v_ours := coalesce(v_rels, '{}');
+
+    FOR v_rel IN
+        SELECT c.oid, c.relname::text AS relname,
+               (SELECT m.queue_name FROM pgmq.meta m
+                WHERE c.relname IN (pgmq.format_table_name(m.queue_name, 'q'),
+                                    pgmq.format_table_name(m.queue_name, 'a'))) AS queue_name,
+               (SELECT s.payload_type FROM pgmq.meta m JOIN pgmq.queue_settings s USING (queue_name)
+                WHERE c.relname = pgmq.format_table_name(m.queue_name, 'q')) AS payload_type
+        FROM unnest(v_ours) WITH ORDINALITY r(oid, n)
+        JOIN pg_catalog.pg_class c ON c.oid = r.oid
+        ORDER BY r.n
+    LOOP
+        -- A queue table (not one of our partitions) inheriting from another table leaves it first:
+        -- what it inherits becomes its own, and is judged below.
+        FOR v_x IN SELECT p.oid, n.nspname::text AS nspname, p.relname::text AS relname, c.relispartition
+                   FROM pg_catalog.pg_inherits i
+                   JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+                   JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+                   JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
+                   WHERE i.inhrelid = v_rel.oid AND NOT (p.oid = ANY (v_ours)) LOOP
+            v_what := format('its parent table %I.%I', v_x.nspname, v_x.relname);
+            RAISE WARNING 'pgmq 2.9.0: detaching pgmq.% from %: pgmq did not make it', v_rel.relname, v_what;
+            IF v_x.relispartition THEN
+                BEGIN
+                    EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION pgmq.%I', v_x.nspname, v_x.relname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSE
+                BEGIN
+                    EXECUTE format('ALTER TABLE pgmq.%I NO INHERIT %I.%I', v_rel.relname, v_x.nspname, v_x.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            END IF;
+        END LOOP;
+
+        -- What depends on the table (internal dependencies are its row type, TOAST table and
+        -- identity sequence). Looked up again before each step: removing one may remove others.
+        FOR v_obj IN SELECT DISTINCT d.classid, d.objid FROM pg_catalog.pg_depend d
+                     WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = v_rel.oid
+                       AND d.deptype <> 'i'
+                       AND NOT (d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = v_rel.oid)
+                     ORDER BY d.classid, d.objid LOOP
+            v_what := pg_catalog.pg_describe_object(v_obj.classid, v_obj.objid, 0);
+            CONTINUE WHEN v_what IS NULL;
+            IF v_obj.classid = 'pg_catalog.pg_class'::regclass THEN
+                SELECT c.relkind, c.relname::text AS relname, n.nspname::text AS nspname, c.relispartition
+                INTO v_x
+                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND OR v_obj.objid = ANY (v_ours);
+                IF v_x.relkind IN ('i', 'I') THEN
+                    -- a partition's index attached to its parent's (judged with the parent), or ours
+                    CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_obj.objid)
+                        OR ((v_x.relname IN (v_rel.relname || '_vt_idx', v_rel.relname || '_priority_idx', v_rel.relname || '_fifo_idx', v_rel.relname || '_msg_id_idx', v_rel.relname || '_part_idx', 'archived_at_idx_' || v_rel.queue_name)
+                             AND v_x.nspname = 'pgmq')
+                            AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                                            WHERE e.classid = 'pg_catalog.pg_class'::regclass AND e.objid = v_obj.objid
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_class'::regclass AND e.refobjid = v_rel.oid)));
+                    RAISE WARNING 'pgmq 2.9.0: dropping % of pgmq.%: pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('DROP INDEX %I.%I', v_x.nspname, v_x.relname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.relkind IN ('r', 'p', 'f') THEN
+                    RAISE WARNING 'pgmq 2.9.0: detaching % from pgmq.% (kept, its rows leave the queue): pgmq did not make it',
+                        v_what, v_rel.relname;
+                    IF v_x.relispartition THEN
+                        BEGIN
+                            EXECUTE format('ALTER TABLE pgmq.%I DETACH PARTITION %I.%I', v_rel.relname, v_x.nspname, v_x.relname);
+                        EXCEPTION WHEN insufficient_privilege THEN
+                            RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                                USING ERRCODE = 'insufficient_privilege',
+                                      HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                        END;
+                    ELSE
+                        BEGIN
+                            EXECUTE format('ALTER TABLE %I.%I NO INHERIT pgmq.%I', v_x.nspname, v_x.relname, v_rel.relname);
+                        EXCEPTION WHEN insufficient_privilege THEN
+                            RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                                USING ERRCODE = 'insufficient_privilege',
+                                      HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                        END;
+                    END IF;
+                ELSIF v_x.relkind = 'S' THEN
+                    RAISE WARNING 'pgmq 2.9.0: releasing % from a column of pgmq.%: pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('ALTER SEQUENCE %I.%I OWNED BY NONE', v_x.nspname, v_x.relname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_constraint'::regclass THEN
+                SELECT k.conname::text AS conname, k.contype, k.conrelid, k.confrelid, k.conparentid, k.conislocal,
+                       r.relname::text AS relname, n.nspname::text AS nspname
+                INTO v_x
+                FROM pg_catalog.pg_constraint k
+                JOIN pg_catalog.pg_class r ON r.oid = k.conrelid
+                JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
+                WHERE k.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                IF v_x.conrelid = v_rel.oid THEN
+                    -- a constraint trigger is judged with its trigger; inherited ones with the parent's
+                    CONTINUE WHEN v_x.contype = 't' OR v_x.conparentid <> 0 OR NOT v_x.conislocal
+                        OR (v_x.contype = 'p' AND v_x.conname = v_rel.relname || '_pkey')
+                        OR (v_x.contype = 'c' AND v_x.conname = 'pgmq_payload_type' AND v_rel.payload_type IS NOT NULL
+                            AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                                            WHERE e.classid = 'pg_catalog.pg_constraint'::regclass AND e.objid = v_obj.objid
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_class'::regclass AND e.refobjid = v_rel.oid)
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_type'::regclass AND e.refobjid = v_rel.payload_type)
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_proc'::regclass
+                                                       AND e.refobjid = 'pgmq._payload_ok(text, regtype)'::regprocedure)));
+                    RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT %I', v_rel.relname, v_x.conname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.contype = 'f' AND v_x.confrelid = v_rel.oid THEN
+                    RAISE WARNING 'pgmq 2.9.0: dropping % (it references pgmq.%): pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT %I', v_x.nspname, v_x.relname, v_x.conname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_trigger'::regclass THEN
+                SELECT t.tgname::text AS tgname, t.tgrelid, t.tgfoid, t.tgparentid, t.tgisinternal INTO v_x
+                FROM pg_catalog.pg_trigger t WHERE t.oid = v_obj.objid;
+                -- another table's (a constraint trigger FROM this one), a constraint's, a partition's
+                -- clone of its parent's (judged with the parent), or ours
+                CONTINUE WHEN NOT FOUND OR v_x.tgrelid <> v_rel.oid OR v_x.tgisinternal OR v_x.tgparentid <> 0
+                    OR (v_x.tgname = 'trigger_notify_queue_insert_listeners' AND v_x.tgfoid = 'pgmq.notify_queue_listeners()'::regprocedure)
+                    OR (v_x.tgname = 'trigger_notify_queue_msg_id' AND v_x.tgfoid = 'pgmq._notify_msg_id()'::regprocedure)
+                    ;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP TRIGGER %I ON pgmq.%I', v_x.tgname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_attrdef'::regclass THEN
+                SELECT a.attname::text AS attname, a.attgenerated, pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr INTO v_x
+                FROM pg_catalog.pg_attrdef d
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                WHERE d.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND OR (v_x.attgenerated = '' AND ((v_x.attname = 'read_ct' AND v_x.expr = '0') OR (v_x.attname = 'enqueued_at' AND v_x.expr = 'now()') OR (v_x.attname = 'archived_at' AND v_x.expr = 'now()') OR (v_x.attname = 'priority' AND v_x.expr = '0')));
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                IF v_x.attgenerated <> '' THEN
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP EXPRESSION', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'read_ct' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'enqueued_at' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'archived_at' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'priority' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP DEFAULT', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_rewrite'::regclass THEN
+                SELECT r.rulename::text AS rulename, r.ev_class INTO v_x FROM pg_catalog.pg_rewrite r WHERE r.oid = v_obj.objid;
+                -- a view (or another table's rule) reading the queue table is not attached to it
+                CONTINUE WHEN NOT FOUND OR v_x.ev_class <> v_rel.oid;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP RULE %I ON pgmq.%I', v_x.rulename, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_policy'::regclass THEN
+                SELECT p.polname::text AS polname INTO v_x FROM pg_catalog.pg_policy p WHERE p.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP POLICY %I ON pgmq.%I', v_x.polname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_statistic_ext'::regclass THEN
+                SELECT s.stxname::text AS stxname, n.nspname::text AS nspname INTO v_x
+                FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace
+                WHERE s.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping % (ANALYZE would run its expressions): pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP STATISTICS %I.%I', v_x.nspname, v_x.stxname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_publication_rel'::regclass THEN
+                SELECT p.pubname::text AS pubname INTO v_x
+                FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                WHERE r.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('ALTER PUBLICATION %I DROP TABLE pgmq.%I', v_x.pubname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_proc'::regclass THEN
+                CONTINUE;  -- a function whose SQL body reads the table: not attached to it
+            ELSE
+                v_refused := v_refused || v_what;
+            END IF;
+        END LOOP;
+
+        -- What the table depends on besides its schema and its parent: the types and collations of
+        -- its columns (a partition's follow its parent's).
+        FOR v_obj IN SELECT DISTINCT d.refclassid, d.refobjid, d.objsubid, a.attname::text AS attname,
+                            pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS what
+                     FROM pg_catalog.pg_depend d
+                     LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = d.objid AND a.attnum = d.objsubid
+                     WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = v_rel.oid
+                       AND d.deptype = 'n' AND d.refclassid <> 'pg_catalog.pg_namespace'::regclass
+                       AND NOT (d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = ANY (v_ours))
+                     ORDER BY d.objsubid LOOP
+            IF v_obj.objsubid = 0 OR v_obj.attname IS NULL THEN
+                v_refused := v_refused || format('%s (of %s)', v_obj.what,
+                                                 pg_catalog.pg_describe_object('pg_catalog.pg_class'::regclass, v_rel.oid, 0));
+                CONTINUE;
+            END IF;
+            -- (a partition's columns are its parent's: judged there)
+            CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_rel.oid);
+            v_what := format('column %s of pgmq.%s (%s)', v_obj.attname, v_rel.relname, v_obj.what);
+            IF v_obj.attname = 'msg_id' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'bigint' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to bigint: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE bigint', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'read_ct' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'integer' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to integer: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE integer', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'enqueued_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'last_read_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'vt' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'message' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'jsonb' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to jsonb: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE jsonb', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'headers' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'jsonb' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to jsonb: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE jsonb', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'priority' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'integer' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to integer: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE integer', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'archived_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSE
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('ALTER TABLE pgmq.%I DROP COLUMN %I', v_rel.relname, v_obj.attname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            END IF;
+        END LOOP;
+
+        IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = v_rel.oid AND (c.relrowsecurity OR c.relforcerowsecurity)) THEN
+            v_what := 'row security';
+            RAISE WARNING 'pgmq 2.9.0: disabling row security on pgmq.%: pgmq did not enable it', v_rel.relname;
+            BEGIN
+                EXECUTE format('ALTER TABLE pgmq.%I DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', v_rel.relname);
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                    USING ERRCODE = 'insufficient_privilege',
+                          HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+            END;
+        END IF;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_refused) > 0 THEN
+        RAISE EXCEPTION 'pgmq 2.9.0: queue tables carry what pgmq did not make and cannot remove safely: %',
+            pg_catalog.array_to_string(v_refused, '; ')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Remove them (or change the columns back to their types), then upgrade again; nothing was changed.';
+    END IF;
+END
+$sweep$;
+
 DO $handover$
 DECLARE
     v_q   record;
     v_t   record;
-    v_x   record;
     v_obj record;
     v_me  oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
 BEGIN
     FOR v_q IN SELECT o.queue_name, o.owner FROM pgmq.queue_owners o ORDER BY o.queue_name LOOP
         FOR v_t IN
-            SELECT c.oid, c.relname::text AS relname, pg_catalog.pg_get_userbyid(c.relowner) AS owner
+            SELECT c.relname::text AS relname
             FROM pg_catalog.pg_class c
             WHERE c.oid IN (to_regclass(format('pgmq.%I', pgmq.format_table_name(v_q.queue_name, 'q'))),
                             to_regclass(format('pgmq.%I', pgmq.format_table_name(v_q.queue_name, 'a'))))
               AND c.relkind = 'r' AND c.relowner <> v_me
             ORDER BY c.relname
         LOOP
-            IF NOT pgmq._is_trusted(v_t.owner) THEN
-                FOR v_x IN SELECT t.tgname FROM pg_catalog.pg_trigger t
-                           WHERE t.tgrelid = v_t.oid AND NOT t.tgisinternal
-                             AND NOT (t.tgname = 'trigger_notify_queue_insert_listeners'
-                                      AND t.tgfoid = 'pgmq.notify_queue_listeners()'::regprocedure)
-                             AND NOT (t.tgname = 'trigger_notify_queue_msg_id'
-                                      AND t.tgfoid = 'pgmq._notify_msg_id()'::regprocedure) LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping trigger % of %.% (made by its former owner %)',
-                        v_x.tgname, 'pgmq', v_t.relname, v_t.owner;
-                    EXECUTE format('DROP TRIGGER %I ON pgmq.%I', v_x.tgname, v_t.relname);
-                END LOOP;
-                FOR v_x IN SELECT r.rulename FROM pg_catalog.pg_rewrite r
-                           WHERE r.ev_class = v_t.oid AND r.rulename <> '_RETURN' LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping rule % of %.%', v_x.rulename, 'pgmq', v_t.relname;
-                    EXECUTE format('DROP RULE %I ON pgmq.%I', v_x.rulename, v_t.relname);
-                END LOOP;
-                FOR v_x IN SELECT p.polname FROM pg_catalog.pg_policy p WHERE p.polrelid = v_t.oid LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping policy % of %.%', v_x.polname, 'pgmq', v_t.relname;
-                    EXECUTE format('DROP POLICY %I ON pgmq.%I', v_x.polname, v_t.relname);
-                END LOOP;
-                EXECUTE format('ALTER TABLE pgmq.%I DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY',
-                               v_t.relname);
-                FOR v_x IN SELECT k.conname FROM pg_catalog.pg_constraint k
-                           WHERE k.conrelid = v_t.oid AND (k.contype IN ('f', 'x', 'u')
-                                 OR (k.contype = 'c' AND EXISTS (
-    SELECT 1
-    FROM pg_catalog.pg_depend dep
-    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
-    END
-    WHERE dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
-      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
-           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))))) LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping constraint % of %.%', v_x.conname, 'pgmq', v_t.relname;
-                    EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT %I', v_t.relname, v_x.conname);
-                END LOOP;
-                FOR v_x IN SELECT a.attname, a.attgenerated FROM pg_catalog.pg_attrdef d
-                           JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-                           WHERE d.adrelid = v_t.oid
-                             AND EXISTS (
-    SELECT 1
-    FROM pg_catalog.pg_depend dep
-    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
-    END
-    WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = d.oid
-      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
-           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))) LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping the default of %.%.%', 'pgmq', v_t.relname, v_x.attname;
-                    IF v_x.attgenerated <> '' THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP EXPRESSION', v_t.relname, v_x.attname);
-                    ELSIF v_x.attname IN ('read_ct', 'priority') THEN  -- our columns get ours back
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_t.relname, v_x.attname);
-                    ELSIF v_x.attname IN ('enqueued_at', 'archived_at') THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_t.relname, v_x.attname);
-                    ELSE
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP DEFAULT', v_t.relname, v_x.attname);
-                    END IF;
-                END LOOP;
-                FOR v_x IN SELECT c.relname AS index_name FROM pg_catalog.pg_index i
-                           JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-                           WHERE i.indrelid = v_t.oid
-                             AND EXISTS (
-    SELECT 1
-    FROM pg_catalog.pg_depend dep
-    LEFT JOIN pg_catalog.pg_operator dep_op ON dep.refclassid = 'pg_catalog.pg_operator'::regclass AND dep_op.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_cast dep_cast ON dep.refclassid = 'pg_catalog.pg_cast'::regclass AND dep_cast.oid = dep.refobjid
-    LEFT JOIN pg_catalog.pg_proc dep_fn ON dep_fn.oid = CASE dep.refclassid
-        WHEN 'pg_catalog.pg_proc'::regclass THEN dep.refobjid
-        WHEN 'pg_catalog.pg_operator'::regclass THEN dep_op.oprcode
-        WHEN 'pg_catalog.pg_cast'::regclass THEN dep_cast.castfunc
-    END
-    WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.objid = i.indexrelid
-      AND ((dep_fn.oid IS NOT NULL AND NOT pgmq._is_trusted(pg_catalog.pg_get_userbyid(dep_fn.proowner)))
-           OR (dep.refclassid = 'pg_catalog.pg_type'::regclass
-               AND pgmq._payload_type_untrusted(dep.refobjid::regtype) IS NOT NULL))) LOOP
-                    RAISE WARNING 'pgmq 2.9.0: dropping index % of %.%', v_x.index_name, 'pgmq', v_t.relname;
-                    EXECUTE format('DROP INDEX pgmq.%I', v_x.index_name);
-                END LOOP;
-                -- a column whose type runs untrusted code (a domain's CHECK): ours go back to
-                -- their type, others go
-                FOR v_x IN SELECT a.attname, a.atttypid FROM pg_catalog.pg_attribute a
-                           WHERE a.attrelid = v_t.oid AND a.attnum > 0 AND NOT a.attisdropped
-                             AND pgmq._payload_type_untrusted(a.atttypid::regtype) IS NOT NULL LOOP
-                    RAISE WARNING 'pgmq 2.9.0: column %.%.% has an untrusted type (%)', 'pgmq', v_t.relname,
-                        v_x.attname, pgmq._payload_type_untrusted(v_x.atttypid::regtype);
-                    IF v_x.attname IN ('msg_id') THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE bigint', v_t.relname, v_x.attname);
-                    ELSIF v_x.attname IN ('read_ct', 'priority') THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE integer', v_t.relname, v_x.attname);
-                    ELSIF v_x.attname IN ('enqueued_at', 'last_read_at', 'vt', 'archived_at') THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone',
-                                       v_t.relname, v_x.attname);
-                    ELSIF v_x.attname IN ('message', 'headers') THEN
-                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE jsonb', v_t.relname, v_x.attname);
-                    ELSE
-                        EXECUTE format('ALTER TABLE pgmq.%I DROP COLUMN %I', v_t.relname, v_x.attname);
-                    END IF;
-                END LOOP;
-            END IF;
             -- The identity sequence moves with its table.
             EXECUTE format('ALTER TABLE pgmq.%I OWNER TO %I', v_t.relname, current_user);
         END LOOP;

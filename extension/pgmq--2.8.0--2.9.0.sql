@@ -15,7 +15,41 @@ SET callback_owner = pg_catalog.pg_get_userbyid(p.proowner)
 FROM pg_catalog.pg_proc p WHERE p.oid = c.callback;
 ALTER TABLE pgmq.callbacks ALTER COLUMN callback_owner DROP DEFAULT;
 -- (printed with search_path pinned to pg_catalog, a regprocedure is qualified: 'app.handle(jsonb)')
-ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
+ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;DO $payload_types$
+DECLARE
+    v_q         record;
+    v_type      regtype;
+    v_untrusted text;
+    v_qtable    text;
+BEGIN
+    FOR v_q IN SELECT s.queue_name, s.payload_type FROM pgmq.queue_settings s
+               WHERE s.payload_type IS NOT NULL ORDER BY s.queue_name LOOP
+        v_type := pg_catalog.to_regtype(v_q.payload_type);
+        v_untrusted := CASE WHEN v_type IS NULL THEN 'it is gone (the queue takes jsonb from now on)'
+                            ELSE pgmq._payload_type_untrusted(v_type) END;
+        v_qtable := pgmq.format_table_name(v_q.queue_name, 'q');
+        IF v_untrusted IS NOT NULL THEN
+            RAISE WARNING 'pgmq 2.9.0: queue "%" no longer checks its payload type %: %', v_q.queue_name,
+                v_q.payload_type, v_untrusted
+                USING HINT = 'Any cast to that type (such as the typed NULL read_payload takes) runs its code with '
+                             'the caller''s rights: drain the queue with pgmq.read, then set_payload_type a trusted type.';
+        END IF;
+        IF EXISTS (SELECT FROM pg_catalog.pg_constraint k
+                   WHERE k.conrelid = pg_catalog.to_regclass(format('pgmq.%I', v_qtable))
+                     AND k.conname = 'pgmq_payload_type'
+                     AND (v_untrusted IS NOT NULL OR EXISTS (
+                         SELECT FROM pg_catalog.pg_depend d
+                         WHERE d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid = k.oid
+                           AND d.refobjid = 'pgmq._payload_ok(text, text)'::regprocedure))) THEN
+            EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+        END IF;
+    END LOOP;
+END
+$payload_types$;
+ALTER TABLE pgmq.queue_settings DROP CONSTRAINT queue_settings_payload_type_check;
+ALTER TABLE pgmq.queue_settings
+    ALTER COLUMN payload_type TYPE regtype USING pg_catalog.to_regtype(payload_type),
+    ADD CONSTRAINT queue_settings_payload_type_check CHECK (payload_type <> 'jsonb'::regtype);
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.validate_queue_name(text)
@@ -26,6 +60,7 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 -- replace: pgmq.set_dedup_window(text, integer)
 -- replace: pgmq.set_message_ttl(text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._create_stream_for(text, interval, interval, bigint, boolean)
 -- replace: pgmq.create_stream(text, interval, interval, bigint, boolean)
 -- replace: pgmq._drop_stream_for(text)
@@ -54,9 +89,20 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 -- replace: pgmq.unbind_queue(name, name, text)
 -- replace: pgmq.bind_stream(text, text, text)
 -- replace: pgmq.unbind_stream(text, text, text)
--- replace: pgmq._payload_type_of(text)
+-- drop-create: pgmq._payload_type_of(text) (result changed from text to regtype)
+-- replace: pgmq._encode_payload(anyelement, jsonb)
+-- replace: pgmq._decode_payload(jsonb, jsonb, anyelement)
+-- gone: pgmq._payload_ok(text, text)
+-- gone: pgmq._payload_ok_io(text, text)
+-- gone: pgmq._set_payload_check(text, text)
+-- replace: pgmq.set_payload_type(text, regtype)
+-- replace: pgmq.payload_type(text)
 -- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
+-- replace: pgmq.read_payload(text, integer, integer, anyelement)
+-- replace: pgmq.pop_payload(text, integer, anyelement)
 -- replace: pgmq.create_queue(name, character, name, integer, integer)
+-- replace: pgmq.insert_message(name, jsonb, integer, jsonb, integer, integer, timestamp with time zone)
+-- replace: pgmq.insert_message_xml(name, xml, integer, jsonb, integer, integer, timestamp with time zone)
 -- replace: pgmq.register_callback(text, text)
 -- replace: pgmq._register_callback(text, regprocedure, text, text)
 -- replace: pgmq._make_callback_runner(name)
@@ -75,8 +121,18 @@ ALTER TABLE pgmq.callbacks ALTER COLUMN callback TYPE TEXT USING callback::text;
 -- replace: pgmq.revoke_publish_access(name, name)
 -- new: pgmq._stream_last_ev_id(text)
 -- new: pgmq._guard_stream_subscription()
+-- new: pgmq._payload_ok(text, regtype)
+-- new: pgmq._set_payload_check(text, regtype)
 
 DROP FUNCTION pgmq.list_callbacks();
+
+DROP FUNCTION pgmq._set_payload_check(text, text);
+
+DROP FUNCTION pgmq._payload_ok_io(text, text);
+
+DROP FUNCTION pgmq._payload_ok(text, text);
+
+DROP FUNCTION pgmq._payload_type_of(text);
 
 CREATE OR REPLACE FUNCTION pgmq.validate_queue_name(queue_name text)
 RETURNS void
@@ -327,6 +383,125 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_rel    bigint;  -- the table's oid, the claims' key (judged queues only)
+    v_judged boolean;
+    v_done   bigint[] := '{}';
+    v_id     bigint;
+    v_row    record;
+    v_result pgmq.message_record;
+    v_first  text;  -- the first sort key: priority only where the queue has its index
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.paused THEN
+        RETURN NULL;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF format_type(v_policy.payload_type, NULL) <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    -- rows are judged by the delivery rules when the queue or its messages have retry rules
+    v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
+    -- (ORDER BY msg_id, msg_id is msg_id order: the planner drops the repeated key)
+    v_first := CASE WHEN v_policy.priorities THEN 'priority' ELSE 'msg_id' END;
+    IF v_judged THEN
+        v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    END IF;
+    LOOP
+        IF NOT v_judged THEN
+            -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          NULL::text AS failed,
+                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $6))
+                                   < clock_timestamp(), false) AS expired
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                         AND ($1::bigint IS NULL OR msg_id = $1)
+                         AND msg_id <> ALL ($2)
+                         AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                  'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                         AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                         AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                   ORDER BY %2$I, msg_id
+                   LIMIT 1
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable, v_first)
+            INTO v_row
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, v_policy.message_ttl;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSE
+            -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+            EXECUTE format(
+                $q$SELECT c.msg_id
+                   FROM (
+                       SELECT msg_id
+                       FROM pgmq.%I
+                       WHERE vt <= clock_timestamp()
+                             AND ($1::bigint IS NULL OR msg_id = $1)
+                             AND msg_id <> ALL ($2)
+                             AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                      'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                             AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                             AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                         AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                       ORDER BY %2$I, msg_id
+                       LIMIT 2 * 1 + 32
+                   ) c
+                   WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+                   LIMIT 1$q$, v_qtable, v_first)
+            INTO v_id
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+            IF v_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_id;
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
+                                   < clock_timestamp(), false) AS expired
+                   FROM pgmq.%I
+                   WHERE msg_id = $1
+                     AND vt <= clock_timestamp()
+                     AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+            INTO v_row
+            USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        END IF;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._create_stream_for(stream_name text, retention interval, rotation_period interval, retention_bytes bigint, drop_unacked boolean)
 RETURNS void
@@ -1646,18 +1821,18 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
 
-CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
-RETURNS text
+CREATE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS regtype
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text;
+    v_type regtype;
 BEGIN
     SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
     IF v_type IS NULL THEN
-        v_type := 'jsonb';
+        v_type := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
             IF _payload_type_of.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -1671,6 +1846,278 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._encode_payload(payload anyelement, extra_headers jsonb, OUT message jsonb, OUT headers jsonb)
+RETURNS record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type regtype := pg_typeof(payload);
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_type = 'jsonb'::regtype THEN
+        message := payload;
+        headers := extra_headers - 'x-pgmq-payload';
+    ELSE
+        IF v_type = 'bytea'::regtype THEN
+            message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_type IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            message := to_jsonb(payload::text);
+        ELSE
+            message := pgmq._encode_payload_io(payload);
+        END IF;
+        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_type, NULL));
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._decode_payload(message jsonb, headers jsonb, payload_type anyelement)
+RETURNS anyelement
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_type regtype := pg_typeof(payload_type);
+    v_kind text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_base oid := v_type;
+    v_typtype "char";
+    v_next oid;
+BEGIN
+    IF message IS NULL OR v_type = 'jsonb'::regtype THEN
+        RETURN message;
+    END IF;
+    IF v_kind <> format_type(v_type, NULL) OR jsonb_typeof(message) <> 'string' THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('message holds a %s payload, not %s', v_kind, v_type);
+    END IF;
+    IF v_type = 'bytea'::regtype THEN
+        RETURN decode(message #>> '{}', 'base64');
+    END IF;
+    -- A composite (or a domain over one) cannot be RETURNed from text: PL/pgSQL would take the
+    -- text for a row. Its input function (by OID) makes the row; assigning it to the argument,
+    -- a variable of the result type, checks a domain's constraints.
+    LOOP  -- through domains to the base type
+        SELECT t.typtype, t.typbasetype INTO v_typtype, v_next FROM pg_catalog.pg_type t WHERE t.oid = v_base;
+        EXIT WHEN v_typtype IS DISTINCT FROM 'd';
+        v_base := v_next;
+    END LOOP;
+    IF v_typtype = 'c' THEN
+        payload_type := pg_catalog.record_in((message #>> '{}')::cstring, v_base, -1);
+        RETURN payload_type;
+    END IF;
+    RETURN (message #>> '{}')::cstring;  -- the type's input function (PL/pgSQL converts by I/O)
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._payload_ok(payload text, payload_type regtype)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET xmloption = 'content'
+SET array_nulls = on
+SET lc_monetary = 'C'
+AS $fn$
+DECLARE
+    v_untrusted text;
+BEGIN
+    IF payload IS NULL THEN
+        RETURN false;
+    END IF;
+    IF payload_type::oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own types
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = payload_type AND t.typtype = 'e') THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted),
+                HINT = 'Its input would run with the rights of whoever writes the queue (README "Security").';
+        END IF;
+    END IF;
+    IF payload_type = 'xml'::regtype THEN
+        RETURN xml_is_well_formed(payload);  -- by xmloption
+    END IF;
+    BEGIN
+        PERFORM pg_catalog.array_in(('{"' || replace(replace(payload, '\', '\\'), '"', '\"') || '"}')::cstring,
+                                    payload_type, -1);
+    EXCEPTION WHEN data_exception OR check_violation OR not_null_violation OR integrity_constraint_violation THEN
+        RETURN false;
+    END;
+    RETURN true;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller    name;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
+    v_untrusted text;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF payload_type IS NOT NULL THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+               WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+    END IF;
+    IF _set_payload_check.payload_type IN ('text'::regtype, 'character varying'::regtype) THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type = 'bytea'::regtype THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type IS NOT NULL THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L::regtype), false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL), _set_payload_check.payload_type::oid);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_kind   "char";
+    v_old    regtype;
+    v_new    regtype := set_payload_type.payload_type;
+    v_busy   boolean;
+    v_source text;
+    v_untrusted text;
+BEGIN
+    IF set_payload_type.payload_type IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload_type cannot be NULL';
+    END IF;
+    SELECT t.typtype INTO v_kind FROM pg_catalog.pg_type t WHERE t.oid = set_payload_type.payload_type;
+    IF v_kind = 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
+    END IF;
+    v_untrusted := pgmq._payload_type_untrusted(set_payload_type.payload_type);
+    IF v_untrusted IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('payload type %s is not trusted: %s', v_new, v_untrusted),
+            HINT = 'A payload type and everything its input runs must belong to a superuser or the extension''s owner (README "Security").';
+    END IF;
+
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_old := pgmq._payload_type_of(queue_name);
+    IF v_old = v_new THEN
+        RETURN;
+    END IF;
+    -- The strongest lock first (ALTER TABLE needs it anyway): no send slips in after the check.
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_qtable) INTO v_busy;
+    IF v_busy THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('queue "%s" holds messages: its payload type (%s) can change only while it is empty',
+                             queue_name, v_old),
+            HINT = 'Consume or purge its messages first.';
+    END IF;
+
+    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
+    VALUES (queue_name, nullif(v_new, 'jsonb'::regtype))
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
+    -- Dead letters must still fit where they go, both ways (checked on the new settings; an
+    -- error undoes them).
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_payload_type.queue_name
+               WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy) AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy)),
+                             set_payload_type.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = set_payload_type.queue_name), 'jsonb'));
+    END IF;
+    FOR v_source IN SELECT s.queue_name FROM pgmq.queue_settings s
+                    WHERE s.dead_letter_queue = set_payload_type.queue_name AND s.retry_policy
+                    ORDER BY s.queue_name LOOP
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = v_source
+                   WHERE d.queue_name = set_payload_type.queue_name AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_payload_type.queue_name,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_payload_type.queue_name),
+                                 v_source,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE s.queue_name = v_source), 'jsonb'));
+        END IF;
+    END LOOP;
+
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
+
+CREATE OR REPLACE FUNCTION pgmq.payload_type(queue_name text)
+RETURNS regtype
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type regtype := pgmq._payload_type_of(queue_name);
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_type::oid, queue_name),
+            HINT = 'Purge the queue, then set_payload_type a type again.';
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.payload_type(queue_name text) IS 'The payload type of a queue (jsonb unless set_payload_type or create(queue, type) fixed another).';
+
 CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -1678,8 +2125,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held    text;
-    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_held    regtype;
+    v_given   regtype := pg_typeof(payload);
     v_message jsonb;
     v_headers jsonb;
     v_vt      timestamp with time zone;
@@ -1687,7 +2134,7 @@ DECLARE
 BEGIN
     SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
     IF v_held IS NULL THEN
-        v_held := 'jsonb';
+        v_held := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
             IF send_payload.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -1698,6 +2145,11 @@ BEGIN
         END IF;
     END IF;
     IF v_held <> v_given THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
@@ -1707,19 +2159,19 @@ BEGIN
     IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    IF v_given = 'jsonb' THEN
+    IF v_given = 'jsonb'::regtype THEN
         v_message := payload;
         v_headers := send_payload.headers - 'x-pgmq-payload';
     ELSE
-        IF v_given = 'bytea' THEN
+        IF v_given = 'bytea'::regtype THEN
             v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+        ELSIF v_given IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
             -- their text as stored (xml output would drop the declaration): no setting changes it
             v_message := to_jsonb(payload::text);
         ELSE
             v_message := pgmq._encode_payload_io(payload);
         END IF;
-        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_given, NULL));
     END IF;
     IF delay < 0 THEN
         RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
@@ -1767,6 +2219,82 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
 
+CREATE OR REPLACE FUNCTION pgmq.read_payload(queue_name text, vt integer, qty integer, payload_type anyelement)
+RETURNS TABLE(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, visible_at timestamp with time zone, payload anyelement, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
+BEGIN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
+    END IF;
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
+           pgmq._decode_payload(r.message, r.headers, read_payload.payload_type), r.headers
+    FROM pgmq.read(read_payload.queue_name, read_payload.vt, read_payload.qty) r;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_payload(queue_name text, vt integer, qty integer, payload_type anyelement) IS 'pgmq.read returning the payload as the queue''s type: pass a typed NULL of it (NULL::text, NULL::bytea, NULL::xml, NULL::jsonb...). Column visible_at is read''s vt.';
+
+CREATE OR REPLACE FUNCTION pgmq.pop_payload(queue_name text, qty integer, payload_type anyelement)
+RETURNS TABLE(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, visible_at timestamp with time zone, payload anyelement, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
+BEGIN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
+    END IF;
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
+           pgmq._decode_payload(r.message, r.headers, pop_payload.payload_type), r.headers
+    FROM pgmq.pop(pop_payload.queue_name, pop_payload.qty) r;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop_payload(queue_name text, qty integer, payload_type anyelement) IS 'pgmq.pop returning the payload as the queue''s type (pass a typed NULL of it).';
+
 CREATE OR REPLACE PROCEDURE pgmq.create_queue(queue_name name, queue_type character DEFAULT 'N'::bpchar, queue_dlq name DEFAULT NULL::name, queue_retries integer DEFAULT 10, queue_retry_delay integer DEFAULT 30)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1792,6 +2320,67 @@ END;
 $fn$;
 
 COMMENT ON PROCEDURE pgmq.create_queue(queue_name name, queue_type character, queue_dlq name, queue_retries integer, queue_retry_delay integer) IS 'pgpro_queue compatibility: create a queue with a retry policy (and a dead-letter queue).';
+
+CREATE OR REPLACE PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_message jsonb := q_msg_body;
+    v_headers jsonb;
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    IF v_held NOT IN ('jsonb'::regtype, 'jsonb'::regtype) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got jsonb', q_name, v_held);
+    END IF;
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    PERFORM pgmq.send(q_name::text, v_message, v_headers, coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.insert_message(q_name name, q_msg_body jsonb, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: send a message with priority (lower first), properties, retry overrides and delayed visibility.';
+
+CREATE OR REPLACE PROCEDURE pgmq.insert_message_xml(q_name name, q_msg_body xml, q_msg_priority integer DEFAULT 0, q_msg_properties jsonb DEFAULT '{}'::jsonb, q_msg_retries integer DEFAULT NULL::integer, q_msg_retrydelay integer DEFAULT NULL::integer, q_msg_enable_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_message jsonb := NULL;
+    v_headers jsonb;
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
+BEGIN
+    IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
+    END IF;
+    IF q_msg_retries < 0 OR q_msg_retrydelay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
+    END IF;
+    IF v_held NOT IN ('jsonb'::regtype, 'xml'::regtype) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got xml', q_name, v_held);
+    END IF;
+    v_headers := (coalesce(q_msg_properties, '{}'::jsonb) - 'x-pgmq-payload') || jsonb_strip_nulls(jsonb_build_object(
+        'x-pgmq-priority', nullif(coalesce(q_msg_priority, 0), 0),
+        'x-pgmq-max-retries', q_msg_retries,
+        'x-pgmq-retry-delay', q_msg_retrydelay));
+    SELECT e.message, e.headers INTO v_message, v_headers FROM pgmq._encode_payload(q_msg_body, v_headers) e;
+    PERFORM pgmq.send(q_name::text, v_message, v_headers, coalesce(q_msg_enable_time, clock_timestamp()));
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.insert_message_xml(q_name name, q_msg_body xml, q_msg_priority integer, q_msg_properties jsonb, q_msg_retries integer, q_msg_retrydelay integer, q_msg_enable_time timestamp with time zone) IS 'pgpro_queue compatibility: insert_message with an XML body; read it with read_message_xml or the _any forms.';
 
 CREATE OR REPLACE PROCEDURE pgmq.register_callback(q_name text, callback text)
 LANGUAGE plpgsql
@@ -2477,3 +3066,524 @@ END
 $horizons$;
 CREATE TRIGGER stream_subscriptions_guard BEFORE INSERT OR UPDATE OF created_by, retry_queue
     ON pgmq.stream_subscriptions FOR EACH ROW EXECUTE FUNCTION pgmq._guard_stream_subscription();
+
+DO $sweep$
+DECLARE
+    v_rels    oid[];
+    v_ours    oid[];
+    v_rel     record;
+    v_obj     record;
+    v_x       record;
+    v_what    text;
+    v_refused text[] := '{}';
+BEGIN
+    -- Every queue's tables, then the partitions of ours (a parent before its partitions: what
+    -- a partition inherits is judged with its parent).
+    WITH RECURSIVE rels(oid, depth) AS (
+        SELECT c.oid, 0
+        FROM pgmq.meta m
+        CROSS JOIN (VALUES ('q'), ('a')) p(prefix)
+        JOIN pg_catalog.pg_class c
+          ON c.oid = pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', pgmq.format_table_name(m.queue_name, p.prefix)))
+        WHERE c.relkind IN ('r', 'p')
+        UNION ALL
+        SELECT c.oid, r.depth + 1
+        FROM rels r
+        JOIN pg_catalog.pg_inherits i ON i.inhparent = r.oid
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        WHERE c.relispartition AND c.relnamespace = 'pgmq'::regnamespace AND c.relkind IN ('r', 'p')
+    )
+    SELECT pg_catalog.array_agg(r.oid ORDER BY r.depth, c.relname) INTO v_rels
+    FROM rels r JOIN pg_catalog.pg_class c ON c.oid = r.oid;
+    v_ours := coalesce(v_rels, '{}');
+
+    FOR v_rel IN
+        SELECT c.oid, c.relname::text AS relname,
+               (SELECT m.queue_name FROM pgmq.meta m
+                WHERE c.relname IN (pgmq.format_table_name(m.queue_name, 'q'),
+                                    pgmq.format_table_name(m.queue_name, 'a'))) AS queue_name,
+               (SELECT s.payload_type FROM pgmq.meta m JOIN pgmq.queue_settings s USING (queue_name)
+                WHERE c.relname = pgmq.format_table_name(m.queue_name, 'q')) AS payload_type
+        FROM unnest(v_ours) WITH ORDINALITY r(oid, n)
+        JOIN pg_catalog.pg_class c ON c.oid = r.oid
+        ORDER BY r.n
+    LOOP
+        -- A queue table (not one of our partitions) inheriting from another table leaves it first:
+        -- what it inherits becomes its own, and is judged below.
+        FOR v_x IN SELECT p.oid, n.nspname::text AS nspname, p.relname::text AS relname, c.relispartition
+                   FROM pg_catalog.pg_inherits i
+                   JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+                   JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+                   JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
+                   WHERE i.inhrelid = v_rel.oid AND NOT (p.oid = ANY (v_ours)) LOOP
+            v_what := format('its parent table %I.%I', v_x.nspname, v_x.relname);
+            RAISE WARNING 'pgmq 2.9.0: detaching pgmq.% from %: pgmq did not make it', v_rel.relname, v_what;
+            IF v_x.relispartition THEN
+                BEGIN
+                    EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION pgmq.%I', v_x.nspname, v_x.relname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSE
+                BEGIN
+                    EXECUTE format('ALTER TABLE pgmq.%I NO INHERIT %I.%I', v_rel.relname, v_x.nspname, v_x.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            END IF;
+        END LOOP;
+
+        -- What depends on the table (internal dependencies are its row type, TOAST table and
+        -- identity sequence). Looked up again before each step: removing one may remove others.
+        FOR v_obj IN SELECT DISTINCT d.classid, d.objid FROM pg_catalog.pg_depend d
+                     WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = v_rel.oid
+                       AND d.deptype <> 'i'
+                       AND NOT (d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = v_rel.oid)
+                     ORDER BY d.classid, d.objid LOOP
+            v_what := pg_catalog.pg_describe_object(v_obj.classid, v_obj.objid, 0);
+            CONTINUE WHEN v_what IS NULL;
+            IF v_obj.classid = 'pg_catalog.pg_class'::regclass THEN
+                SELECT c.relkind, c.relname::text AS relname, n.nspname::text AS nspname, c.relispartition
+                INTO v_x
+                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND OR v_obj.objid = ANY (v_ours);
+                IF v_x.relkind IN ('i', 'I') THEN
+                    -- a partition's index attached to its parent's (judged with the parent), or ours
+                    CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_obj.objid)
+                        OR ((v_x.relname IN (v_rel.relname || '_vt_idx', v_rel.relname || '_priority_idx', v_rel.relname || '_fifo_idx', v_rel.relname || '_msg_id_idx', v_rel.relname || '_part_idx', 'archived_at_idx_' || v_rel.queue_name)
+                             AND v_x.nspname = 'pgmq')
+                            AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                                            WHERE e.classid = 'pg_catalog.pg_class'::regclass AND e.objid = v_obj.objid
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_class'::regclass AND e.refobjid = v_rel.oid)));
+                    RAISE WARNING 'pgmq 2.9.0: dropping % of pgmq.%: pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('DROP INDEX %I.%I', v_x.nspname, v_x.relname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.relkind IN ('r', 'p', 'f') THEN
+                    RAISE WARNING 'pgmq 2.9.0: detaching % from pgmq.% (kept, its rows leave the queue): pgmq did not make it',
+                        v_what, v_rel.relname;
+                    IF v_x.relispartition THEN
+                        BEGIN
+                            EXECUTE format('ALTER TABLE pgmq.%I DETACH PARTITION %I.%I', v_rel.relname, v_x.nspname, v_x.relname);
+                        EXCEPTION WHEN insufficient_privilege THEN
+                            RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                                USING ERRCODE = 'insufficient_privilege',
+                                      HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                        END;
+                    ELSE
+                        BEGIN
+                            EXECUTE format('ALTER TABLE %I.%I NO INHERIT pgmq.%I', v_x.nspname, v_x.relname, v_rel.relname);
+                        EXCEPTION WHEN insufficient_privilege THEN
+                            RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                                USING ERRCODE = 'insufficient_privilege',
+                                      HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                        END;
+                    END IF;
+                ELSIF v_x.relkind = 'S' THEN
+                    RAISE WARNING 'pgmq 2.9.0: releasing % from a column of pgmq.%: pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('ALTER SEQUENCE %I.%I OWNED BY NONE', v_x.nspname, v_x.relname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_constraint'::regclass THEN
+                SELECT k.conname::text AS conname, k.contype, k.conrelid, k.confrelid, k.conparentid, k.conislocal,
+                       r.relname::text AS relname, n.nspname::text AS nspname
+                INTO v_x
+                FROM pg_catalog.pg_constraint k
+                JOIN pg_catalog.pg_class r ON r.oid = k.conrelid
+                JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
+                WHERE k.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                IF v_x.conrelid = v_rel.oid THEN
+                    -- a constraint trigger is judged with its trigger; inherited ones with the parent's
+                    CONTINUE WHEN v_x.contype = 't' OR v_x.conparentid <> 0 OR NOT v_x.conislocal
+                        OR (v_x.contype = 'p' AND v_x.conname = v_rel.relname || '_pkey')
+                        OR (v_x.contype = 'c' AND v_x.conname = 'pgmq_payload_type' AND v_rel.payload_type IS NOT NULL
+                            AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                                            WHERE e.classid = 'pg_catalog.pg_constraint'::regclass AND e.objid = v_obj.objid
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_class'::regclass AND e.refobjid = v_rel.oid)
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_type'::regclass AND e.refobjid = v_rel.payload_type)
+                                              AND NOT (e.refclassid = 'pg_catalog.pg_proc'::regclass
+                                                       AND e.refobjid = 'pgmq._payload_ok(text, regtype)'::regprocedure)));
+                    RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT %I', v_rel.relname, v_x.conname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.contype = 'f' AND v_x.confrelid = v_rel.oid THEN
+                    RAISE WARNING 'pgmq 2.9.0: dropping % (it references pgmq.%): pgmq did not make it', v_what, v_rel.relname;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT %I', v_x.nspname, v_x.relname, v_x.conname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_trigger'::regclass THEN
+                SELECT t.tgname::text AS tgname, t.tgrelid, t.tgfoid, t.tgparentid, t.tgisinternal INTO v_x
+                FROM pg_catalog.pg_trigger t WHERE t.oid = v_obj.objid;
+                -- another table's (a constraint trigger FROM this one), a constraint's, a partition's
+                -- clone of its parent's (judged with the parent), or ours
+                CONTINUE WHEN NOT FOUND OR v_x.tgrelid <> v_rel.oid OR v_x.tgisinternal OR v_x.tgparentid <> 0
+                    OR (v_x.tgname = 'trigger_notify_queue_insert_listeners' AND v_x.tgfoid = 'pgmq.notify_queue_listeners()'::regprocedure)
+                    OR (v_x.tgname = 'trigger_notify_queue_msg_id' AND v_x.tgfoid = 'pgmq._notify_msg_id()'::regprocedure)
+                    ;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP TRIGGER %I ON pgmq.%I', v_x.tgname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_attrdef'::regclass THEN
+                SELECT a.attname::text AS attname, a.attgenerated, pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr INTO v_x
+                FROM pg_catalog.pg_attrdef d
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                WHERE d.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND OR (v_x.attgenerated = '' AND ((v_x.attname = 'read_ct' AND v_x.expr = '0') OR (v_x.attname = 'enqueued_at' AND v_x.expr = 'now()') OR (v_x.attname = 'archived_at' AND v_x.expr = 'now()') OR (v_x.attname = 'priority' AND v_x.expr = '0')));
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                IF v_x.attgenerated <> '' THEN
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP EXPRESSION', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'read_ct' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'enqueued_at' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'archived_at' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT now()', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSIF v_x.attname = 'priority' THEN  -- ours gets ours back
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I SET DEFAULT 0', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I DROP DEFAULT', v_rel.relname, v_x.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                END IF;
+            ELSIF v_obj.classid = 'pg_catalog.pg_rewrite'::regclass THEN
+                SELECT r.rulename::text AS rulename, r.ev_class INTO v_x FROM pg_catalog.pg_rewrite r WHERE r.oid = v_obj.objid;
+                -- a view (or another table's rule) reading the queue table is not attached to it
+                CONTINUE WHEN NOT FOUND OR v_x.ev_class <> v_rel.oid;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP RULE %I ON pgmq.%I', v_x.rulename, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_policy'::regclass THEN
+                SELECT p.polname::text AS polname INTO v_x FROM pg_catalog.pg_policy p WHERE p.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP POLICY %I ON pgmq.%I', v_x.polname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_statistic_ext'::regclass THEN
+                SELECT s.stxname::text AS stxname, n.nspname::text AS nspname INTO v_x
+                FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace
+                WHERE s.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping % (ANALYZE would run its expressions): pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('DROP STATISTICS %I.%I', v_x.nspname, v_x.stxname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_publication_rel'::regclass THEN
+                SELECT p.pubname::text AS pubname INTO v_x
+                FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                WHERE r.oid = v_obj.objid;
+                CONTINUE WHEN NOT FOUND;
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('ALTER PUBLICATION %I DROP TABLE pgmq.%I', v_x.pubname, v_rel.relname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            ELSIF v_obj.classid = 'pg_catalog.pg_proc'::regclass THEN
+                CONTINUE;  -- a function whose SQL body reads the table: not attached to it
+            ELSE
+                v_refused := v_refused || v_what;
+            END IF;
+        END LOOP;
+
+        -- What the table depends on besides its schema and its parent: the types and collations of
+        -- its columns (a partition's follow its parent's).
+        FOR v_obj IN SELECT DISTINCT d.refclassid, d.refobjid, d.objsubid, a.attname::text AS attname,
+                            pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS what
+                     FROM pg_catalog.pg_depend d
+                     LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = d.objid AND a.attnum = d.objsubid
+                     WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = v_rel.oid
+                       AND d.deptype = 'n' AND d.refclassid <> 'pg_catalog.pg_namespace'::regclass
+                       AND NOT (d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = ANY (v_ours))
+                     ORDER BY d.objsubid LOOP
+            IF v_obj.objsubid = 0 OR v_obj.attname IS NULL THEN
+                v_refused := v_refused || format('%s (of %s)', v_obj.what,
+                                                 pg_catalog.pg_describe_object('pg_catalog.pg_class'::regclass, v_rel.oid, 0));
+                CONTINUE;
+            END IF;
+            -- (a partition's columns are its parent's: judged there)
+            CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_rel.oid);
+            v_what := format('column %s of pgmq.%s (%s)', v_obj.attname, v_rel.relname, v_obj.what);
+            IF v_obj.attname = 'msg_id' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'bigint' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to bigint: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE bigint', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'read_ct' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'integer' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to integer: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE integer', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'enqueued_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'last_read_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'vt' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'message' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'jsonb' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to jsonb: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE jsonb', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'headers' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'jsonb' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to jsonb: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE jsonb', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'priority' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'integer' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to integer: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE integer', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSIF v_obj.attname = 'archived_at' THEN
+                IF pg_catalog.format_type((SELECT t.typbasetype FROM pg_catalog.pg_type t
+                                           WHERE t.oid = v_obj.refobjid AND t.typtype = 'd'), NULL) = 'timestamp with time zone' THEN
+                    -- a domain over our type: back to it (binary, nothing runs)
+                    RAISE WARNING 'pgmq 2.9.0: % goes back to timestamp with time zone: pgmq did not make that type', v_what;
+                    BEGIN
+                        EXECUTE format('ALTER TABLE pgmq.%I ALTER COLUMN %I TYPE timestamp with time zone', v_rel.relname, v_obj.attname);
+                    EXCEPTION WHEN insufficient_privilege THEN
+                        RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                            USING ERRCODE = 'insufficient_privilege',
+                                  HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                    END;
+                ELSE
+                    v_refused := v_refused || v_what;  -- converting it could run the type's code
+                END IF;
+            ELSE
+                RAISE WARNING 'pgmq 2.9.0: dropping %: pgmq did not make it', v_what;
+                BEGIN
+                    EXECUTE format('ALTER TABLE pgmq.%I DROP COLUMN %I', v_rel.relname, v_obj.attname);
+                EXCEPTION WHEN insufficient_privilege THEN
+                    RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                        USING ERRCODE = 'insufficient_privilege',
+                              HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+                END;
+            END IF;
+        END LOOP;
+
+        IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = v_rel.oid AND (c.relrowsecurity OR c.relforcerowsecurity)) THEN
+            v_what := 'row security';
+            RAISE WARNING 'pgmq 2.9.0: disabling row security on pgmq.%: pgmq did not enable it', v_rel.relname;
+            BEGIN
+                EXECUTE format('ALTER TABLE pgmq.%I DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', v_rel.relname);
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE EXCEPTION 'pgmq 2.9.0: cannot remove % (%): %', v_what, v_rel.relname, SQLERRM
+                    USING ERRCODE = 'insufficient_privilege',
+                          HINT = 'Run the upgrade as a superuser: it removes what other roles attached to queue tables (README "Security").';
+            END;
+        END IF;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_refused) > 0 THEN
+        RAISE EXCEPTION 'pgmq 2.9.0: queue tables carry what pgmq did not make and cannot remove safely: %',
+            pg_catalog.array_to_string(v_refused, '; ')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Remove them (or change the columns back to their types), then upgrade again; nothing was changed.';
+    END IF;
+END
+$sweep$;DO $payload_types$
+DECLARE
+    v_q      record;
+    v_qtable text;
+BEGIN
+    FOR v_q IN SELECT s.queue_name, s.payload_type FROM pgmq.queue_settings s
+               JOIN pg_catalog.pg_type t ON t.oid = s.payload_type
+               WHERE pgmq._payload_type_untrusted(s.payload_type) IS NULL
+               ORDER BY s.queue_name LOOP
+        v_qtable := pgmq.format_table_name(v_q.queue_name, 'q');
+        CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_constraint k
+                              WHERE k.conrelid = pg_catalog.to_regclass(format('pgmq.%I', v_qtable))
+                                AND k.conname = 'pgmq_payload_type');
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                   WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+            EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+        END IF;
+        IF v_q.payload_type IN ('text'::regtype, 'character varying'::regtype) THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                           v_qtable, format_type(v_q.payload_type, NULL));
+        ELSIF v_q.payload_type = 'bytea'::regtype THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                           v_qtable, format_type(v_q.payload_type, NULL));
+        ELSIF v_q.payload_type IS NOT NULL THEN
+            EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                              CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L::regtype), false))$c$,
+                           v_qtable, format_type(v_q.payload_type, NULL), v_q.payload_type::oid);
+        END IF;
+    END LOOP;
+END
+$payload_types$;

@@ -5579,9 +5579,10 @@ CREATE TABLE pgmq.queue_settings (
     message_ttl       INTEGER CHECK (message_ttl > 0),
     -- some message carried x-pgmq-ttl or x-pgmq-max-retries: reads must check every row
     message_limits    BOOLEAN NOT NULL DEFAULT false,
-    -- typed payloads (set_payload_type): format_type() of the queue's payload type, NULL =
-    -- jsonb. Text, not regtype: pg_upgrade refuses reg* columns in user tables.
-    payload_type      TEXT CHECK (payload_type <> 'jsonb'),
+    -- typed payloads (set_payload_type): the queue's payload type, NULL = jsonb. A regtype, so
+    -- the type is held by OID, never by a name to resolve again (pg_upgrade keeps regtype
+    -- columns: it refuses only the reg* types of objects whose OIDs it does not preserve).
+    payload_type      REGTYPE CHECK (payload_type <> 'jsonb'::regtype),
     paused            BOOLEAN NOT NULL DEFAULT false,
     priorities        BOOLEAN NOT NULL DEFAULT false
 );
@@ -6254,7 +6255,7 @@ BEGIN
     IF v_policy.paused THEN
         RETURN NULL;  -- paused (features/ops): consumers get nothing
     END IF;
-    IF v_policy.payload_type <> ALL (kinds) THEN
+    IF format_type(v_policy.payload_type, NULL) <> ALL (kinds) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
                              array_to_string(kinds, ' or '));
@@ -11531,20 +11532,19 @@ COMMENT ON FUNCTION pgmq.disable_notify_msg_id(queue_name text) IS 'Stop per-mes
 -- ---------------------------------------------------------------- feature: payloads
 
 -- features/payloads/functions/types.sql.j2
--- _payload_type_of: the payload type of a queue as format_type() prints it ('jsonb' unless
--- set); 42P01 for an unknown queue.
+-- _payload_type_of: the payload type of a queue (jsonb unless set); 42P01 for an unknown queue.
 CREATE FUNCTION pgmq._payload_type_of(queue_name text)
-RETURNS text
+RETURNS regtype
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text;
+    v_type regtype;
 BEGIN
     SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
     IF v_type IS NULL THEN
-        v_type := 'jsonb';
+        v_type := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
             IF _payload_type_of.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -11569,7 +11569,7 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_type text := format_type(pg_typeof(payload), NULL);
+    v_type regtype := pg_typeof(payload);
 BEGIN
     IF payload IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
@@ -11577,25 +11577,28 @@ BEGIN
     IF extra_headers IS NOT NULL AND jsonb_typeof(extra_headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    IF v_type = 'jsonb' THEN
+    IF v_type = 'jsonb'::regtype THEN
         message := payload;
         headers := extra_headers - 'x-pgmq-payload';
     ELSE
-        IF v_type = 'bytea' THEN
+        IF v_type = 'bytea'::regtype THEN
             message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-        ELSIF v_type IN ('text', 'character varying', 'xml') THEN
+        ELSIF v_type IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
             -- their text as stored (xml output would drop the declaration): no setting changes it
             message := to_jsonb(payload::text);
         ELSE
             message := pgmq._encode_payload_io(payload);
         END IF;
-        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_type);
+        headers := coalesce(extra_headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_type, NULL));
     END IF;
 END;
 $fn$;
 
 -- _decode_payload: the payload of a stored message as the type of payload_type (a typed NULL).
--- jsonb gets the message as stored; any other type needs the message's marker to name it.
+-- jsonb gets the message as stored; any other type needs the message's marker to name it. The
+-- text becomes the type through its input function, found by OID: converted from a cstring,
+-- which no cast can come from (PostgreSQL refuses casts from pseudo-types), so a cast from
+-- text that the type's owner created never runs.
 CREATE FUNCTION pgmq._decode_payload(message jsonb, headers jsonb, payload_type anyelement)
 RETURNS anyelement
 LANGUAGE plpgsql
@@ -11610,34 +11613,35 @@ SET array_nulls = on
 SET lc_monetary = 'C'
 AS $fn$
 DECLARE
-    v_type   text := format_type(pg_typeof(payload_type), NULL);
-    v_kind   text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
-    v_schema name;
-    v_name   name;
+    v_type regtype := pg_typeof(payload_type);
+    v_kind text := coalesce(headers->>'x-pgmq-payload', 'jsonb');
+    v_base oid := v_type;
+    v_typtype "char";
+    v_next oid;
 BEGIN
-    IF message IS NULL OR v_type = 'jsonb' THEN
+    IF message IS NULL OR v_type = 'jsonb'::regtype THEN
         RETURN message;
     END IF;
-    IF v_kind <> v_type OR jsonb_typeof(message) <> 'string' THEN
+    IF v_kind <> format_type(v_type, NULL) OR jsonb_typeof(message) <> 'string' THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('message holds a %s payload, not %s', v_kind, v_type);
     END IF;
-    IF v_type = 'bytea' THEN
+    IF v_type = 'bytea'::regtype THEN
         RETURN decode(message #>> '{}', 'base64');
     END IF;
     -- A composite (or a domain over one) cannot be RETURNed from text: PL/pgSQL would take the
-    -- text for a row. Cast it in SQL and take the fields into the result row instead.
-    SELECT n.nspname, t.typname INTO v_schema, v_name
-    FROM pg_catalog.pg_type t
-    JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-    JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-    WHERE t.oid = pg_typeof(payload_type) AND b.typtype = 'c';
-    IF FOUND THEN
-        EXECUTE format('SELECT ($1::%I.%I).*', v_schema, v_name) INTO payload_type USING message #>> '{}';
-        RETURN payload_type;  -- the argument is a variable of the result type
+    -- text for a row. Its input function (by OID) makes the row; assigning it to the argument,
+    -- a variable of the result type, checks a domain's constraints.
+    LOOP  -- through domains to the base type
+        SELECT t.typtype, t.typbasetype INTO v_typtype, v_next FROM pg_catalog.pg_type t WHERE t.oid = v_base;
+        EXIT WHEN v_typtype IS DISTINCT FROM 'd';
+        v_base := v_next;
+    END LOOP;
+    IF v_typtype = 'c' THEN
+        payload_type := pg_catalog.record_in((message #>> '{}')::cstring, v_base, -1);
+        RETURN payload_type;
     END IF;
-    -- text to the result type: its input function (PL/pgSQL converts by text I/O)
-    RETURN message #>> '{}';
+    RETURN (message #>> '{}')::cstring;  -- the type's input function (PL/pgSQL converts by I/O)
 END;
 $fn$;
 
@@ -11661,31 +11665,16 @@ BEGIN
 END;
 $fn$;
 
--- _payload_ok: whether a stored payload text reads back as the type (format_type spelling).
--- Part of a typed queue's CHECK constraint, so a message written around the typed functions
--- (upstream's send with a forged marker) cannot make read_payload fail for everyone after it.
--- The checks that depend on no setting are answered here, without pinned settings (a SET
--- clause is paid on every insert); the rest by _payload_ok_io.
-CREATE FUNCTION pgmq._payload_ok(payload text, type_name text)
-RETURNS boolean
-LANGUAGE plpgsql
-STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF payload IS NULL THEN
-        RETURN false;
-    ELSIF type_name IN ('text', 'character varying') THEN
-        RETURN true;
-    ELSIF type_name = 'bytea' THEN  -- what decode(..., 'base64') accepts, as _encode_payload writes it
-        RETURN payload ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length(payload), 4) = 0;
-    END IF;
-    RETURN pgmq._payload_ok_io(payload, type_name);
-END;
-$fn$;
-
--- _payload_ok_io: _payload_ok for the types whose reading depends on settings (pinned here).
-CREATE FUNCTION pgmq._payload_ok_io(payload text, type_name text)
+-- _payload_ok: whether a stored payload text reads back as the type. Part of the CHECK
+-- constraint of a typed queue of any type but text, varchar and bytea (which check in the
+-- condition itself), so a message written around the typed functions (upstream's send with a
+-- forged marker) cannot make read_payload fail for everyone after it. The type comes as a
+-- regtype constant of the constraint: its OID. A type that can run code (not a built-in one,
+-- not an enum) must still be trusted when a row is written (its owner may have changed since
+-- set_payload_type approved it): 42501 otherwise. The text is read by the type's input
+-- function found by OID (array_in reads a one-element array of the type: an element goes
+-- through the element type's input, as a domain's does through its checks): no cast, no name.
+CREATE FUNCTION pgmq._payload_ok(payload text, payload_type regtype)
 RETURNS boolean
 LANGUAGE plpgsql
 STABLE
@@ -11699,19 +11688,27 @@ SET array_nulls = on
 SET lc_monetary = 'C'
 AS $fn$
 DECLARE
-    v_schema name;
-    v_name   name;
+    v_untrusted text;
 BEGIN
-    IF type_name = 'xml' THEN
+    IF payload IS NULL THEN
+        RETURN false;
+    END IF;
+    IF payload_type::oid >= 16384  -- FirstNormalObjectId: below it, PostgreSQL's own types
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = payload_type AND t.typtype = 'e') THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted),
+                HINT = 'Its input would run with the rights of whoever writes the queue (README "Security").';
+        END IF;
+    END IF;
+    IF payload_type = 'xml'::regtype THEN
         RETURN xml_is_well_formed(payload);  -- by xmloption
     END IF;
-    SELECT n.nspname, t.typname INTO v_schema, v_name
-    FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-    WHERE t.oid = type_name::regtype;
     BEGIN
-        EXECUTE format('SELECT $1::%I.%I', v_schema, v_name) USING payload;
-    EXCEPTION WHEN data_exception OR invalid_text_representation OR check_violation
-                   OR not_null_violation OR integrity_constraint_violation THEN
+        PERFORM pg_catalog.array_in(('{"' || replace(replace(payload, '\', '\\'), '"', '\"') || '"}')::cstring,
+                                    payload_type, -1);
+    EXCEPTION WHEN data_exception OR check_violation OR not_null_violation OR integrity_constraint_violation THEN
         RETURN false;
     END;
     RETURN true;
@@ -11776,11 +11773,10 @@ LIMIT 1
 $fn$;
 
 -- _set_payload_check: puts on a queue's table the CHECK constraint pgmq_payload_type for
--- type_name (format_type spelling; NULL: none, the queue takes jsonb), for the queue's owner
--- proven by _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The
--- type must be trusted (_payload_type_untrusted): the constraint runs its input function for
--- every writer.
-CREATE FUNCTION pgmq._set_payload_check(queue_name text, type_name text)
+-- payload_type (NULL: none, the queue takes jsonb), for the queue's owner proven by
+-- _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The type must be
+-- trusted (_payload_type_untrusted): the constraint runs its input function for every writer.
+CREATE FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -11796,34 +11792,34 @@ BEGIN
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF type_name IS NOT NULL THEN
-        v_untrusted := pgmq._payload_type_untrusted(type_name::regtype);
+    IF payload_type IS NOT NULL THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
         IF v_untrusted IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('payload type %s is not trusted: %s', type_name, v_untrusted);
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
         EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
     END IF;
-    IF type_name IN ('text', 'character varying') THEN
+    IF _set_payload_check.payload_type IN ('text'::regtype, 'character varying'::regtype) THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
                           CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
-                       v_qtable, type_name);
-    ELSIF type_name = 'bytea' THEN
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type = 'bytea'::regtype THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
                           CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
-                       v_qtable, type_name);
-    ELSIF type_name IS NOT NULL THEN
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type IS NOT NULL THEN
         EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
-                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L), false))$c$,
-                       v_qtable, type_name, type_name);
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L::regtype), false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL), _set_payload_check.payload_type::oid);
     END IF;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, type_name text) TO PUBLIC;
+REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) TO PUBLIC;
 
 -- set_payload_type: fix the payload type of an empty queue (jsonb: back to untyped).
 CREATE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
@@ -11835,8 +11831,8 @@ AS $fn$
 DECLARE
     v_qtable text := pgmq._format_table_name(queue_name, 'q');
     v_kind   "char";
-    v_old    text;
-    v_new    text;
+    v_old    regtype;
+    v_new    regtype := set_payload_type.payload_type;
     v_busy   boolean;
     v_source text;
     v_untrusted text;
@@ -11849,7 +11845,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
     END IF;
-    v_new := format_type(set_payload_type.payload_type, NULL);
     v_untrusted := pgmq._payload_type_untrusted(set_payload_type.payload_type);
     IF v_untrusted IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -11873,7 +11868,7 @@ BEGIN
     END IF;
 
     INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
-    VALUES (queue_name, nullif(v_new, 'jsonb'))
+    VALUES (queue_name, nullif(v_new, 'jsonb'::regtype))
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
     -- Dead letters must still fit where they go, both ways (checked on the new settings; an
     -- error undoes them).
@@ -11907,7 +11902,7 @@ BEGIN
     END LOOP;
 
     PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'));
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
@@ -11936,12 +11931,12 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_name text := pgmq._payload_type_of(queue_name);
-    v_type regtype := to_regtype(v_name);
+    v_type regtype := pgmq._payload_type_of(queue_name);
 BEGIN
-    IF v_type IS NULL THEN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_type) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
-            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_name, queue_name);
+            MESSAGE = format('payload type %s of queue "%s" no longer exists', v_type::oid, queue_name),
+            HINT = 'Purge the queue, then set_payload_type a type again.';
     END IF;
     RETURN v_type;
 END;
@@ -11957,8 +11952,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held    text;
-    v_given   text := format_type(pg_typeof(payload), NULL);
+    v_held    regtype;
+    v_given   regtype := pg_typeof(payload);
     v_message jsonb;
     v_headers jsonb;
     v_vt      timestamp with time zone;
@@ -11966,7 +11961,7 @@ DECLARE
 BEGIN
     SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
     IF v_held IS NULL THEN
-        v_held := 'jsonb';
+        v_held := 'jsonb'::regtype;
         IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
             IF send_payload.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
@@ -11977,6 +11972,11 @@ BEGIN
         END IF;
     END IF;
     IF v_held <> v_given THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
     END IF;
@@ -11986,19 +11986,19 @@ BEGIN
     IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
     END IF;
-    IF v_given = 'jsonb' THEN
+    IF v_given = 'jsonb'::regtype THEN
         v_message := payload;
         v_headers := send_payload.headers - 'x-pgmq-payload';
     ELSE
-        IF v_given = 'bytea' THEN
+        IF v_given = 'bytea'::regtype THEN
             v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
-        ELSIF v_given IN ('text', 'character varying', 'xml') THEN
+        ELSIF v_given IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
             -- their text as stored (xml output would drop the declaration): no setting changes it
             v_message := to_jsonb(payload::text);
         ELSE
             v_message := pgmq._encode_payload_io(payload);
         END IF;
-        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', v_given);
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_given, NULL));
     END IF;
     IF delay < 0 THEN
         RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
@@ -12053,19 +12053,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held  text := pgmq._payload_type_of(queue_name);
-    v_given text := format_type(pg_typeof(payload_type), NULL);
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
 BEGIN
-    IF v_held <> v_given THEN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
     END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
     END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
@@ -12083,19 +12091,27 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_held  text := pgmq._payload_type_of(queue_name);
-    v_given text := format_type(pg_typeof(payload_type), NULL);
+    v_held      regtype := pgmq._payload_type_of(queue_name);
+    v_untrusted text;
 BEGIN
-    IF v_held <> v_given THEN
+    IF v_held <> pg_typeof(payload_type) THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, pg_typeof(payload_type));
     END IF;
-    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only
-    -- (set_payload_type refuses others; a queue made before 2.1.0 may still have one).
-    IF v_held <> 'jsonb' AND pgmq._payload_type_untrusted(pg_typeof(payload_type)) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('payload type %s is not trusted: %s', v_held,
-                             pgmq._payload_type_untrusted(pg_typeof(payload_type)));
+    -- Decoding runs the type's input (and domain checks) as the reader: trusted types only, now
+    -- (set_payload_type refuses others, but an owner may have changed since; a queue made before
+    -- 2.1.0 may still have one).
+    IF v_held <> 'jsonb'::regtype THEN
+        v_untrusted := pgmq._payload_type_untrusted(v_held);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', v_held, v_untrusted);
+        END IF;
     END IF;
     RETURN QUERY
     SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt,
@@ -12234,7 +12250,7 @@ AS $fn$
 DECLARE
     v_message jsonb := q_msg_body;
     v_headers jsonb;
-    v_held    text := pgmq._payload_type_of(q_name::text);
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -12243,7 +12259,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    IF v_held NOT IN ('jsonb', 'jsonb') THEN
+    IF v_held NOT IN ('jsonb'::regtype, 'jsonb'::regtype) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got jsonb', q_name, v_held);
     END IF;
@@ -12264,7 +12280,7 @@ AS $fn$
 DECLARE
     v_message jsonb := NULL;
     v_headers jsonb;
-    v_held    text := pgmq._payload_type_of(q_name::text);
+    v_held    regtype := pgmq._payload_type_of(q_name::text);
 BEGIN
     IF q_msg_properties IS NOT NULL AND jsonb_typeof(q_msg_properties) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'q_msg_properties must be a JSON object';
@@ -12273,7 +12289,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'q_msg_retries and q_msg_retrydelay cannot be negative';
     END IF;
-    IF v_held NOT IN ('jsonb', 'xml') THEN
+    IF v_held NOT IN ('jsonb'::regtype, 'xml'::regtype) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('queue "%s" holds %s payloads, got xml', q_name, v_held);
     END IF;

@@ -455,7 +455,7 @@ ROUTINES = policies(
     "enable_notify_insert", "disable_notify_insert", "update_notify_insert",
     "list_notify_insert_throttles", "_notify_msg_id", "enable_notify_msg_id", "disable_notify_msg_id",
     # payloads (the conversions pin more GUCs: templates/features/payloads/functions/types.sql.j2)
-    "_payload_type_of", "_encode_payload", "_encode_payload_io", "_payload_ok", "_payload_ok_io", "_decode_payload",
+    "_payload_type_of", "_encode_payload", "_encode_payload_io", "_payload_ok", "_decode_payload",
     "_payload_type_untrusted",
     Policy("_set_payload_check",
            definer_reason="adds or drops the fixed payload CHECK constraint on a table that belongs to the "

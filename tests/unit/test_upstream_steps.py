@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-from pathlib import Path
 
 import pytest
 from pglast import ast, parse_sql
@@ -95,10 +94,12 @@ def test_extension_and_standalone_forms(files):
     assert "\nALTER EXTENSION pgmq DROP" not in alone
     assert alone.index("DO $check$") < alone.index("ALTER SCHEMA pgmq OWNER TO CURRENT_USER;") < alone.index("pre: ")
     assert alone.rstrip().endswith(f"COMMENT ON SCHEMA pgmq IS 'pgmq {VERSION} (standalone)';")
-    # both steps share the queue handover with the step from 2.0.0 (released: read it from extension/)
-    step = (Path(render.__file__).resolve().parent.parent / "extension" / "pgmq--2.0.0--2.1.0.sql").read_text()
-    handover = step[step.index("DO $handover$"):step.index("$handover$;")].replace("pgmq 2.1.0: ", f"pgmq {VERSION}: ")
-    assert handover in ext and handover in alone
+    # both forms share the sweep of queue tables with the step from the previous release, then
+    # hand the tables over (one policy: templates/_macros/adopt.sql.j2)
+    step = files[render.upgrade_name(MANIFEST.steps[-1][0], VERSION)]
+    sweep = step[step.index("DO $sweep$"):step.index("$sweep$;")]
+    assert sweep in ext and sweep in alone
+    assert ext.index("DO $sweep$") < ext.index("DO $handover$")
 
 
 def test_steps_differ_only_in_the_version_they_name(files):
