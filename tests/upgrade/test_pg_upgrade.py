@@ -27,6 +27,10 @@ def test_a_database_with_queues_and_callbacks_goes_through_pg_upgrade():
                         "AS $$ INSERT INTO seen VALUES ((msg->>'n')::int) $$")
             app.execute("CALL pgmq.register_callback('orders', 'handle(jsonb)')")
             app.execute("""SELECT pgmq.send('orders', jsonb_build_object('n', g)) FROM generate_series(1, 3) g""")
+            # a typed queue: its type is held as a regtype (pg_upgrade keeps type OIDs)
+            app.execute("CREATE TYPE mood AS ENUM ('ok', 'sad')")
+            app.execute("SELECT pgmq.create('moods', 'mood'::regtype)")
+            app.execute("SELECT pgmq.send_payload('moods', 'sad'::mood)")
         old.pg_ctl("stop")
         new.start()
         new.pg_ctl("stop")
@@ -45,6 +49,8 @@ def test_a_database_with_queues_and_callbacks_goes_through_pg_upgrade():
             app.execute("CALL pgmq.dispatch('orders')")
             assert scalar(app, "SELECT array_agg(n ORDER BY n)::text FROM seen") == "{1,2,3}"
             assert scalar(app, "SELECT count(*) FROM pgmq.q_orders") == 0
+            assert scalar(app, "SELECT payload::text FROM pgmq.pop_payload('moods', 1, NULL::mood)") == "sad"
+            app.execute("SELECT pgmq.send_payload('moods', 'ok'::mood)")
     finally:
         old.stop()
         new.stop()
