@@ -2515,32 +2515,17 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
-        RETURN;
-    END IF;
-    -- One maker at a time per role; a second one finds the runner made.
-    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
-    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
-    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
-        WHERE p.oid = v_fn AND p.prosecdef
-          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
-          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
-        RETURN;
-    END IF;
-    IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
-        EXECUTE format('DROP FUNCTION pgmq.%I(text, jsonb)', v_name);
-    END IF;
-    EXECUTE format('CREATE FUNCTION pgmq.%I(queue_name text, message jsonb) RETURNS void '
-                   'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
-                   v_name, 'DECLARE
+          AND p.prosrc = 'DECLARE
     v_schema pg_catalog.name;
     v_name   pg_catalog.name;
     v_path   pg_catalog.text;
     v_held   pg_catalog.text[];
     v_cursor pg_catalog.text;
 BEGIN
-    SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
     FROM pgmq.callbacks c
     LEFT JOIN pg_catalog.pg_proc p
            ON p.oid = pg_catalog.to_regprocedure(c.callback)
@@ -2556,13 +2541,107 @@ BEGIN
             MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
             HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
     END IF;
-    v_held := ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable);
     -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
     PERFORM pg_catalog.set_config(''search_path'', v_path, true);
     EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
     -- What the callback left that would run later as whoever commits runs now, as the registrant:
-    -- deferred triggers fire, new held cursors close (COMMIT would run their queries).
-    PERFORM pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', true);
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;') THEN
+        RETURN;
+    END IF;
+    -- One maker at a time per role; a second one finds the runner made.
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND p.prosrc = 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
+    FROM pgmq.callbacks c
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
+    END IF;
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;') THEN
+        RETURN;
+    END IF;
+    IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
+        EXECUTE format('DROP FUNCTION pgmq.%I(text, jsonb)', v_name);
+    END IF;
+    EXECUTE format('CREATE FUNCTION pgmq.%I(queue_name text, message jsonb) RETURNS void '
+                   'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
+                   v_name, 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
+    FROM pgmq.callbacks c
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
+    END IF;
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
     SET CONSTRAINTS ALL IMMEDIATE;
     FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
                     WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
@@ -2668,7 +2747,45 @@ BEGIN
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
           AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
-          AND md5(p.prosrc) = '9ae5501d66e268f22cc4671714415aeb') THEN
+          AND p.prosrc = 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
+    FROM pgmq.callbacks c
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
+    END IF;
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;') THEN
         -- missing (its owner dropped it), altered by its owner, or made by an older release
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._make_callback_runner(v_registrant);

@@ -38,11 +38,6 @@ def sql_literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def md5(text: str) -> str:
-    """md5 of a text as PostgreSQL's md5() prints it: a template can recognise a body it wrote."""
-    return hashlib.md5(str(text).encode()).hexdigest()
-
-
 def prose(text: str) -> str:
     """Text wrapped over lines in a template (a {% set %} block), as one line: white space folded."""
     return " ".join(str(text).split())
@@ -62,7 +57,6 @@ def make_env(target: str, manifest: Manifest = MANIFEST, path: Path | None = Non
     env.filters["identity_args"] = sqlast.strip_defaults
     env.filters["sql_literal"] = sql_literal
     env.filters["prose"] = prose
-    env.filters["md5"] = md5
     # Globals, not render context: macros imported with {% from %} only see globals.
     env.globals.update(
         H=headers.H,
