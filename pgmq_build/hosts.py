@@ -14,3 +14,8 @@ def allowed_hosts(host: str, port: int) -> set[str] | None:
     if host in ("127.0.0.1", "::1", "localhost"):
         names |= {"127.0.0.1", "[::1]"}
     return {f"{n}:{port}" for n in names}
+
+
+def host_allowed(host_header: str, allowed: set[str] | None) -> bool:
+    """Whether a request's Host header passes the rule (None: any)."""
+    return allowed is None or host_header in allowed

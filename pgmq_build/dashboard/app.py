@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from ..hosts import allowed_hosts
+from ..hosts import allowed_hosts, host_allowed
 from . import charts, queries
 from .sampler import KEEP, Sample, Sampler, rates, window_rates
 from .web import DashboardServer, HTTPError, Request, Response, Router, redirect, status_phrase
@@ -160,7 +160,7 @@ class Dashboard:
 
     def handle(self, req: Request) -> Response:
         host = req.headers.get("host", "")
-        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+        if not host_allowed(host, self.allowed_hosts):
             raise HTTPError(400, f"unexpected Host header {host!r}: use the address the "
                                  f"dashboard listens on")
         handler, args = self.router.match(req.method, req.path)

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
-from ..hosts import allowed_hosts
+from ..hosts import allowed_hosts, host_allowed
 from . import db
 from .exits import Exit, OpsError
 from .options import dsn_option, handled, json_option
@@ -277,7 +277,7 @@ def host_checked(app: Callable, allowed: set[str] | None) -> Callable:
 
     def checked(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         host = environ.get("HTTP_HOST", "")
-        if allowed is not None and host not in allowed:
+        if not host_allowed(host, allowed):
             start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
             return [f"unexpected Host header {host!r}: use the address the exporter listens on\n".encode()]
         return app(environ, start_response)
@@ -289,12 +289,13 @@ def serve(registry: CollectorRegistry, bind: str) -> WSGIServer:
     """Serve /metrics of registry on HOST:PORT in a daemon thread; returns the server
     (.shutdown() stops it). prometheus_client's server, with the Host rule in front."""
     host, port = parse_bind(bind)
-    app = host_checked(make_wsgi_app(registry), allowed_hosts(host, port))
+    app = make_wsgi_app(registry)
     try:
         server = make_server(host, port, app, _Server6 if ":" in host else ThreadingWSGIServer,
                              handler_class=_QuietHandler)
     except OSError as exc:
         raise OpsError(f"cannot listen on {bind}: {exc.strerror or exc}", Exit.USAGE) from exc
+    server.set_app(host_checked(app, allowed_hosts(host, server.server_address[1])))  # port 0: the one bound
     threading.Thread(target=server.serve_forever, daemon=True, name="metrics-http").start()
     return server
 
