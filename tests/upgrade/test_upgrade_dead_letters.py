@@ -60,3 +60,38 @@ def test_upgrade_records_only_plausible_origins_and_checks_forged_settings(dbs, 
         assert scalar(su, "SELECT pgmq.redrive('sdlq')") == 0  # bob could have forged it
         assert scalar(su, "SELECT count(*) FROM pgmq.q_vq") == 0
         assert scalar(su, "SELECT pgmq.redrive('sdlq', 'sq')") == 1  # an admin's explicit choice
+
+
+def test_upgrade_vouches_only_for_retry_queues_their_subscriber_owns(dbs, make_role):
+    """2.8.0's subscribe set a retry queue of the subscriber's own; any reader of the stream
+    could write another one into the row. After the upgrade stream_nack copies into the first
+    kind only; the other is refused until subscribe sets it again."""
+    alice, victim = make_role("alice", login=True), make_role("victim", login=True)
+    db = dbs.create("retry_queues")
+    with connected(db) as su:
+        su.execute(f"CREATE EXTENSION pgmq VERSION '{FROM}'")
+        with psycopg.connect(db + f" user={victim}", autocommit=True) as v:
+            v.execute("SELECT pgmq.create('vq')")
+        with psycopg.connect(db + f" user={alice}", autocommit=True) as a:
+            a.execute("SELECT pgmq.create_stream('s')")
+            a.execute("SELECT pgmq.subscribe('s', 'good', retry_queue => 'aretry')")
+            a.execute("SELECT pgmq.subscribe('s', 'bad')")
+            a.execute("UPDATE pgmq.stream_subscriptions SET retry_queue = 'vq' WHERE subscription_name = 'bad'")
+            a.execute("SELECT pgmq.stream_send('s', '{}')")
+
+        su.execute("ALTER EXTENSION pgmq UPDATE")
+
+        assert dict(su.execute("SELECT subscription_name, retry_queue_set_by::text "
+                               "FROM pgmq.stream_subscriptions").fetchall()) == {"good": alice, "bad": None}
+        for sub, refused in (("good", False), ("bad", True)):
+            su.execute("BEGIN")
+            rows = su.execute("SELECT batch_id, ev_id FROM pgmq.stream_read('s', %s)", (sub,)).fetchall()
+            try:
+                su.execute("SELECT pgmq.stream_nack('s', %s, %s, %s)", (sub, rows[0][0], [rows[0][1]]))
+                su.execute("COMMIT")
+                assert not refused
+            except psycopg.errors.InsufficientPrivilege:
+                su.execute("ROLLBACK")
+                assert refused
+        assert scalar(su, "SELECT count(*) FROM pgmq.q_aretry") == 1
+        assert scalar(su, "SELECT count(*) FROM pgmq.q_vq") == 0
