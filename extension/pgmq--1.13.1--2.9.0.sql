@@ -5772,7 +5772,8 @@ CREATE TABLE pgmq.queue_settings (
     -- columns: it refuses only the reg* types of objects whose OIDs it does not preserve).
     payload_type      REGTYPE CHECK (payload_type <> 'jsonb'::regtype),
     paused            BOOLEAN NOT NULL DEFAULT false,
-    priorities        BOOLEAN NOT NULL DEFAULT false
+    priorities        BOOLEAN NOT NULL DEFAULT false,
+    dead_letter_set_by NAME
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
@@ -5791,6 +5792,18 @@ CREATE TABLE pgmq.dedup_keys (
 );
 CREATE INDEX dedup_keys_expires_at_idx ON pgmq.dedup_keys (expires_at);
 SELECT pg_catalog.pg_extension_config_dump('pgmq.dedup_keys', '');
+CREATE TABLE pgmq.dead_letter_origins (
+    queue_name   VARCHAR NOT NULL
+        CONSTRAINT dead_letter_origins_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    msg_id       BIGINT NOT NULL,
+    source_queue VARCHAR
+        CONSTRAINT dead_letter_origins_source_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    PRIMARY KEY (queue_name, msg_id)
+);
+CREATE INDEX dead_letter_origins_source_idx ON pgmq.dead_letter_origins (source_queue);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.dead_letter_origins', '');
 
 -- features/delivery/functions/policy.sql.j2
 -- set_retry_policy: how often a message may be delivered, how long to wait between attempts,
@@ -5822,45 +5835,14 @@ BEGIN
     IF max_retry_delay < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
     END IF;
-    IF dead_letter_queue IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) THEN
-            IF set_retry_policy.dead_letter_queue IS NULL THEN
-                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
-            END IF;
-
-            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-                MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
-        END IF;
-        IF dead_letter_queue = queue_name THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-                MESSAGE = 'a queue cannot be its own dead-letter queue';
-        END IF;
-        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_retry_policy.queue_name
-                   WHERE d.queue_name = set_retry_policy.dead_letter_queue AND d.payload_type IS NOT NULL
-                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
-            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
-                                 set_retry_policy.dead_letter_queue,
-                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_retry_policy.dead_letter_queue),
-                                 set_retry_policy.queue_name,
-                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                           WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
-        END IF;
-        -- Dead letters are written by whoever consumes this queue: its owner may send them only
-        -- where it may send itself.
-        IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
-        END IF;
-    END IF;
+    -- the dead-letter queue is checked by the table itself (_check_queue_settings)
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
         SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
             backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
-            dead_letter_queue = EXCLUDED.dead_letter_queue;
+            dead_letter_queue = EXCLUDED.dead_letter_queue, dead_letter_set_by = EXCLUDED.dead_letter_set_by;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
@@ -5971,30 +5953,185 @@ $fn$;
 
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
 -- reads check every row (queues without the mark take the plain read). Checked before writing
--- so that senders do not queue up on the settings row.
+-- so that senders do not queue up on the settings row; the sender's hot path asks first
+-- (unless_flagged in _macros/queue.sql.j2), so this runs about once per queue.
 CREATE FUNCTION pgmq._note_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._flag_message_limits(queue_name);
+    END IF;
+END;
+$fn$;
+
+-- _flag_message_limits: sets the mark for a proven caller that may send to the queue (the
+-- settings are its owner's: SECURITY DEFINER). A name that is no queue changes nothing.
+CREATE FUNCTION pgmq._flag_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
-                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
-        INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
-        SELECT m.queue_name, true FROM pgmq.meta m WHERE m.queue_name = _note_message_limits.queue_name
-        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _flag_message_limits.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', pgmq._format_table_name(queue_name, 'q')), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+    VALUES (queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._flag_message_limits(queue_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._flag_message_limits(queue_name text) TO PUBLIC;
+
+-- _check_dead_letter_queue: may queue_name dead-letter into dead_letter_queue, set by the
+-- caller? The queue must exist, be another one, take the source's payloads, and be one the
+-- caller may send to (dead letters are written by whoever consumes the source: its owner may
+-- send them only where it may send itself; _dead_letter checks the owner again when it moves).
+CREATE FUNCTION pgmq._check_dead_letter_queue(queue_name text, dead_letter_queue text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) THEN
+        IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _check_dead_letter_queue.dead_letter_queue);
+    END IF;
+    IF dead_letter_queue = queue_name THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a queue cannot be its own dead-letter queue';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = _check_dead_letter_queue.queue_name
+               WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             _check_dead_letter_queue.dead_letter_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue),
+                             _check_dead_letter_queue.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = _check_dead_letter_queue.queue_name), 'jsonb'));
+    END IF;
+    IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
     END IF;
 END;
 $fn$;
-REVOKE ALL ON FUNCTION pgmq._note_message_limits(queue_name text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgmq._note_message_limits(queue_name text) TO PUBLIC;
+
+-- _check_queue_settings: a trigger, running as whoever writes a settings row (our routines or a
+-- queue's owner writing it directly): a dead-letter queue set (or set again: set_retry_policy)
+-- must pass _check_dead_letter_queue and is recorded with the role that set it
+-- (dead_letter_set_by, nobody else's to write), and the payload type is written only by
+-- set_payload_type (through _set_payload_check).
+CREATE FUNCTION pgmq._check_queue_settings()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.dead_letter_queue IS DISTINCT FROM OLD.dead_letter_queue
+       OR NEW.dead_letter_set_by IS DISTINCT FROM OLD.dead_letter_set_by THEN
+        IF NEW.dead_letter_queue IS NOT NULL THEN
+            PERFORM pgmq._check_dead_letter_queue(NEW.queue_name, NEW.dead_letter_queue);
+            NEW.dead_letter_set_by := current_user;
+        ELSE
+            NEW.dead_letter_set_by := NULL;
+        END IF;
+    ELSE
+        NEW.dead_letter_set_by := OLD.dead_letter_set_by;
+    END IF;
+    IF (CASE WHEN TG_OP = 'INSERT' THEN NEW.payload_type IS NOT NULL
+             ELSE NEW.payload_type IS DISTINCT FROM OLD.payload_type END)
+       AND NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the payload type of queue "%s" is set by set_payload_type only', NEW.queue_name);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE TRIGGER queue_settings_checks BEFORE INSERT OR UPDATE ON pgmq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION pgmq._check_queue_settings();
 
 -- features/delivery/functions/dead_letter.sql.j2
+-- _may_send_as: whether role role_name may send to queue target (NULL or a dropped role: no).
+CREATE FUNCTION pgmq._may_send_as(role_name name, target text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT coalesce((SELECT pg_catalog.has_table_privilege(r.oid,
+                                        to_regclass(format('pgmq.%I', pgmq._format_table_name($2, 'q'))), 'INSERT')
+                             FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
+                            false));
+END;
+$fn$;
+
+-- _dead_letter_written_here: whether message msg_id of queue queue_name was written by the
+-- current transaction (or one of its subtransactions): a visible row whose inserter is still in
+-- progress. The row security of dead_letter_origins asks it, so that a role records the origin
+-- only of a dead letter it moved there itself, never of another role's message (a sender to a
+-- dead-letter queue cannot read it: SECURITY DEFINER; it answers nothing about other rows).
+CREATE FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_xmin  bigint;
+    v_top   bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_ahead bigint;
+BEGIN
+    IF v_top IS NULL THEN
+        RETURN false;  -- this transaction wrote nothing
+    END IF;
+    EXECUTE format('SELECT xmin::text::bigint FROM pgmq.%I WHERE msg_id = $1',
+                   pgmq._format_table_name(queue_name, 'q'))
+    INTO v_xmin
+    USING msg_id;
+    -- xmin is 32 bits; this transaction's ids (the top one and its subtransactions') are the
+    -- top one or follow it closely: anything else (older, frozen) is not ours.
+    v_ahead := (v_xmin - v_top % 4294967296 + 4294967296) % 4294967296;
+    IF v_xmin IS NULL OR v_ahead >= 2147483648 THEN
+        RETURN false;
+    END IF;
+    RETURN pg_xact_status((v_top + v_ahead)::text::xid8) = 'in progress';
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint) TO PUBLIC;
+
 -- _dead_letter: moves messages to the queue's dead-letter queue, or to its archive when it has
--- none, adding the x-pgmq-dead-letter header record. One statement: a message is always in
--- exactly one table. Returns how many moved.
+-- none, adding the x-pgmq-dead-letter header record; a move into a dead-letter queue also
+-- records where each message came from (dead_letter_origins, in the same transaction: redrive
+-- trusts nothing else). One statement moves: a message is always in exactly one table. Returns
+-- how many moved.
 CREATE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6002,12 +6139,26 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_dlq   text;
-    v_count bigint;
+    v_dlq    text;
+    v_setter name;
+    v_source text;
+    v_moved  bigint[];
+    v_count  bigint;
 BEGIN
-    SELECT s.dead_letter_queue INTO v_dlq
+    SELECT s.dead_letter_queue, s.dead_letter_set_by INTO v_dlq, v_setter
     FROM pgmq.queue_settings s
     WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+
+    -- Checked when used, not only when set: whoever consumes (cron, an admin) moves messages
+    -- only where the role that set the dead-letter queue may still send. Otherwise the
+    -- archive, as without one: nothing is lost and the queue keeps going.
+    IF v_dlq IS NOT NULL AND NOT pgmq._may_send_as(v_setter, v_dlq) THEN
+        RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", which set the dead-letter queue "%s" of queue "%s", may not send to it: dead letters go to the archive',
+                             v_setter, v_dlq, queue_name),
+            HINT = 'Grant it access to the dead-letter queue, or set it (or another) with set_retry_policy as a role that may send there.';
+        v_dlq := NULL;
+    END IF;
 
     IF v_dlq IS NOT NULL THEN
         -- Limits in the moved headers keep applying in the dead-letter queue.
@@ -6015,20 +6166,38 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _dead_letter.queue_name AND s.priorities) THEN
             PERFORM pgmq._note_priorities(v_dlq);
         END IF;
+        -- The origin is recorded only by a role that may send there itself (the row security of
+        -- dead_letter_origins, asked here first so that it never refuses the move), and only for
+        -- the messages this transaction moved (a second statement, which sees them:
+        -- _dead_letter_written_here).
+        IF pgmq._queue_privilege(queue_name, 'INSERT') THEN
+            v_source := queue_name;
+        END IF;
         EXECUTE format(
             $q$WITH d AS (
                 DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
                 RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            ), moved AS (
+                INSERT INTO pgmq.%I (vt, message, headers, priority)
+                SELECT clock_timestamp(), d.message, CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                    'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                    'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                    'time', clock_timestamp())
+                    || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                            ELSE jsonb_build_object('headers', d.headers) END),
+                       coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+                FROM d ORDER BY d.msg_id
+                RETURNING msg_id
             )
-            INSERT INTO pgmq.%I (vt, message, headers, priority)
-            SELECT clock_timestamp(), d.message, coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
-                'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
-                'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
-                'time', clock_timestamp())),
-                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
-            FROM d ORDER BY d.msg_id$q$,
+            SELECT array_agg(moved.msg_id) FROM moved$q$,
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        INTO v_moved
         USING msg_ids, queue_name, reason, error;
+        INSERT INTO pgmq.dead_letter_origins AS o (queue_name, msg_id, source_queue)
+        SELECT v_dlq, m.msg_id, v_source FROM unnest(v_moved) AS m(msg_id)
+        ON CONFLICT ON CONSTRAINT dead_letter_origins_pkey DO UPDATE SET source_queue = EXCLUDED.source_queue;
+        v_count := coalesce(cardinality(v_moved), 0);
     ELSE
         EXECUTE format(
             $q$WITH d AS (
@@ -6037,20 +6206,27 @@ BEGIN
             )
             INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
             SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
-                   coalesce(d.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                   CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                   || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
                        'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
                        'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
-                       'time', clock_timestamp()))
+                       'time', clock_timestamp())
+                       || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                               ELSE jsonb_build_object('headers', d.headers) END)
             FROM d$q$,
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
         USING msg_ids, queue_name, reason, error;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
     END IF;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
 $fn$;
 
--- redrive: moves dead letters back for another try, oldest first, with attempts reset.
+-- redrive: moves dead letters back for another try, oldest first, with attempts reset and the
+-- headers they were sent with. Each goes back to the source recorded in dead_letter_origins
+-- when it was dead-lettered, never to one its headers name (any sender to the dead-letter
+-- queue writes those); a message without a recorded source the caller may send to stays, and
+-- is reported, unless the caller names target_queue.
 CREATE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6058,11 +6234,12 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_dlq    text := pgmq._format_table_name(dead_letter_queue, 'q');
-    v_target text;
-    v_left   bigint := max_messages;
-    v_count  bigint;
-    v_total  bigint := 0;
+    v_dlq     text := pgmq._format_table_name(dead_letter_queue, 'q');
+    v_name    text;  -- the dead-letter queue's name in the catalog (its records' key)
+    v_target  text;
+    v_left    bigint := max_messages;
+    v_count   bigint;
+    v_total   bigint := 0;
 BEGIN
     IF max_messages < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
@@ -6072,13 +6249,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', target_queue);
     END IF;
+    SELECT m.queue_name INTO v_name FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(redrive.dead_letter_queue)
+    ORDER BY m.queue_name = redrive.dead_letter_queue DESC LIMIT 1;
     -- One pass per destination queue, oldest first within each.
-    FOR v_target IN EXECUTE format(
-            $q$SELECT DISTINCT coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue')
-               FROM pgmq.%I
-               WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') IN
-                     (SELECT m.queue_name FROM pgmq.meta m)$q$, v_dlq)
-            USING target_queue
+    FOR v_target IN SELECT target_queue WHERE target_queue IS NOT NULL
+                    UNION ALL
+                    SELECT DISTINCT o.source_queue::text FROM pgmq.dead_letter_origins o
+                    WHERE target_queue IS NULL AND o.queue_name = v_name AND o.source_queue IS NOT NULL
+                      AND pgmq._queue_privilege(o.source_queue, 'INSERT')
     LOOP
         EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
         IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = redrive.dead_letter_queue AND s.priorities) THEN
@@ -6086,36 +6265,60 @@ BEGIN
         END IF;
         EXECUTE format(
             $q$WITH picked AS (
-                SELECT msg_id FROM pgmq.%1$I
-                WHERE coalesce($1, headers->'x-pgmq-dead-letter'->>'source_queue') = $2
-                ORDER BY msg_id
+                SELECT q.msg_id FROM pgmq.%1$I q
+                WHERE $1::text IS NOT NULL
+                   OR EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                              WHERE o.queue_name = $4 AND o.msg_id = q.msg_id AND o.source_queue = $2)
+                ORDER BY q.msg_id
                 LIMIT $3
                 FOR UPDATE SKIP LOCKED
             ), moved AS (
                 DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
                 RETURNING d.msg_id, d.message, d.headers
+            ), forgotten AS (
+                DELETE FROM pgmq.dead_letter_origins o USING moved
+                WHERE o.queue_name = $4 AND o.msg_id = moved.msg_id
             )
             INSERT INTO pgmq.%2$I (vt, message, headers, priority)
-            SELECT clock_timestamp(), message,
-                   nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
+            SELECT clock_timestamp(), message, CASE WHEN headers->'x-pgmq-dead-letter' ? 'headers' THEN headers->'x-pgmq-dead-letter'->'headers'
+                                        ELSE nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb) END,
                    coalesce((headers->>'x-pgmq-priority')::integer, 0)
             FROM moved ORDER BY msg_id$q$,
             v_dlq, pgmq._format_table_name(v_target, 'q'))
-        USING target_queue, v_target, v_left;
+        USING target_queue, v_target, v_left, v_name;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
         v_left := v_left - v_count;
     END LOOP;
+    -- Whatever has no recorded source (or one the caller may not send to) is left in place: say
+    -- so once nothing else is to move.
+    IF target_queue IS NULL AND (v_left IS NULL OR v_left > 0) THEN
+        EXECUTE format(
+            $q$SELECT count(*) FROM pgmq.%I q
+               WHERE NOT EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                                 WHERE o.queue_name = $1 AND o.msg_id = q.msg_id AND o.source_queue IS NOT NULL
+                                   AND pgmq._queue_privilege(o.source_queue, 'INSERT'))$q$,
+            v_dlq)
+        INTO v_count
+        USING v_name;
+        IF v_count > 0 THEN
+            RAISE NOTICE USING
+                MESSAGE = format('%s message(s) of "%s" have no recorded source queue you may send to and stay there', v_count, dead_letter_queue),
+                DETAIL = 'Sent to it directly, dead-lettered before pgmq 2.9.0 or by a role that may not send to their source, or from a queue you may not send to.',
+                HINT = 'Look at them, then redrive them with target_queue.';
+        END IF;
+    END IF;
     RETURN v_total;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to its source queue), oldest first, attempts reset; returns how many moved.';
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to the source queue recorded when it was dead-lettered; others stay, with a NOTICE), oldest first, attempts reset, headers as sent; returns how many moved.';
 
 -- features/delivery/functions/nack.sql.j2
 -- _record_failure: count a failed delivery (attempts = failures so far, this one included):
 -- the message is visible again after the retry policy's delay (without one: 1 s, doubling per
 -- attempt up to 5 minutes), or is dead-lettered when its deliveries are used up. error, if
--- given, is kept in x-pgmq-last-error.
+-- given, is kept in x-pgmq-last-error (in headers that are a JSON object with keys, or none: any
+-- other value upstream accepts is left as sent, features/delivery/functions/dead_letter.sql.j2).
 CREATE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql
@@ -6141,8 +6344,9 @@ BEGIN
     EXECUTE format(
         $q$UPDATE pgmq.%I
            SET read_ct = $2, vt = $3, last_read_at = $3,
-               headers = CASE WHEN $4::text IS NULL THEN headers
-                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+               headers = CASE WHEN $4::text IS NOT NULL AND (headers IS NULL OR (jsonb_typeof(headers) = 'object' AND headers <> '{}'::jsonb))
+                              THEN coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text)
+                              ELSE headers END
            WHERE msg_id = $1$q$, v_qtable)
     USING msg_id, attempts, v_back_at, error;
     IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
@@ -6330,7 +6534,8 @@ COMMENT ON FUNCTION pgmq.confirm(queue_name text, msg_ids bigint[]) IS 'Confirm 
 
 -- features/delivery/functions/expire.sql.j2
 -- expire_messages: housekeeping that reads also do as they go: dead-letters messages past their
--- TTL (reason ttl), deletes reservations nobody confirmed in time, forgets expired dedup keys.
+-- TTL (reason ttl), deletes reservations nobody confirmed in time, forgets expired dedup keys
+-- and the recorded origins of dead letters that are gone.
 CREATE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6372,6 +6577,13 @@ BEGIN
         v_total := v_total + v_count;
         DELETE FROM pgmq.dedup_keys k
         WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+        -- origins of dead letters consumed since (msg_ids only grow: those below the oldest left)
+        EXECUTE format(
+            $q$DELETE FROM pgmq.dead_letter_origins o
+               WHERE o.queue_name = $1
+                 AND o.msg_id < coalesce((SELECT msg_id FROM pgmq.%I ORDER BY msg_id LIMIT 1), 9223372036854775807)$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        USING v_queue;
     END LOOP;
     RETURN v_total;
 END;
@@ -10624,7 +10836,8 @@ END;
 $fn$;
 
 -- _route: the queues and streams a message reaches, each once: queues by name, then streams by
--- name. When no binding matches, the alternate exchange (and its alternate, up to 8 hops) is tried.
+-- name. When no binding matches, the alternate exchange (and its alternate, up to 8 hops) is
+-- tried, while the caller may publish to it.
 CREATE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
 RETURNS TABLE(queue_name text, stream_name text)
 LANGUAGE plpgsql
@@ -10670,7 +10883,9 @@ BEGIN
                          WHERE b.exchange_name = v_name AND pgmq._headers_match(b.arguments, headers)
                          ORDER BY 1, 2;
         END IF;
-        EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8;
+        -- an alternate only for a publisher that may publish to it (its setter's right was
+        -- checked when set: _check_alternate_exchange)
+        EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8 OR NOT pgmq._may_publish(v_next);
         v_name := v_next;
         v_hops := v_hops + 1;
     END LOOP;
@@ -10801,9 +11016,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_ex   pgmq.exchanges;
-    v_hop  text := alternate_exchange;
-    v_hops integer := 0;
+    v_ex pgmq.exchanges;
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = set_unroutable.exchange_name;
     IF NOT FOUND THEN
@@ -10822,9 +11035,31 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('on_unroutable must be ''notice'' or ''error'', got: %s', coalesce(on_unroutable, 'NULL'));
     END IF;
+    -- the alternate exchange is checked by the table itself (_check_exchange)
+    UPDATE pgmq.exchanges e
+    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
+    WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+
+-- _check_alternate_exchange: may exchange_name send what it cannot route to alternate_exchange,
+-- set by the caller? It must exist, form no cycle nor a chain longer than 8, and the caller
+-- must be allowed to publish to it (publish checks the publisher's right again at every hop:
+-- _route).
+CREATE FUNCTION pgmq._check_alternate_exchange(exchange_name text, alternate_exchange text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hop  text := alternate_exchange;
+    v_hops integer := 0;
+BEGIN
     -- refuse cycles: follow the chain from the new alternate back to this exchange
     WHILE v_hop IS NOT NULL LOOP
-        IF v_hop = v_ex.exchange_name OR v_hops > 8 THEN
+        IF v_hop = exchange_name OR v_hops > 8 THEN
             RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
                 MESSAGE = format('alternate exchange "%s" would form a cycle or a chain longer than 8', alternate_exchange);
         END IF;
@@ -10835,12 +11070,33 @@ BEGIN
         SELECT e.alternate_exchange INTO v_hop FROM pgmq.exchanges e WHERE e.exchange_name = v_hop;
         v_hops := v_hops + 1;
     END LOOP;
-    UPDATE pgmq.exchanges e
-    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
-    WHERE e.exchange_name = v_ex.exchange_name;
+    IF alternate_exchange IS NOT NULL AND NOT pgmq._may_publish(alternate_exchange) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for exchange "%s"', alternate_exchange),
+            HINT = 'An alternate exchange takes only what its setter may publish to it.';
+    END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+
+-- _check_exchange: a trigger, running as whoever writes an exchange's row: a new alternate
+-- exchange must pass _check_alternate_exchange.
+CREATE FUNCTION pgmq._check_exchange()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NEW.alternate_exchange IS NOT NULL
+       AND (TG_OP = 'INSERT' OR NEW.alternate_exchange IS DISTINCT FROM OLD.alternate_exchange) THEN
+        PERFORM pgmq._check_alternate_exchange(NEW.exchange_name, NEW.alternate_exchange);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE TRIGGER exchanges_checks BEFORE INSERT OR UPDATE ON pgmq.exchanges
+    FOR EACH ROW EXECUTE FUNCTION pgmq._check_exchange();
 
 -- list_exchanges: every exchange, the built-in 'pgmq.topic' included.
 CREATE FUNCTION pgmq.list_exchanges()
@@ -11967,8 +12223,10 @@ $fn$;
 
 -- _set_payload_check: puts on a queue's table the CHECK constraint pgmq_payload_type for
 -- payload_type (NULL: none, the queue takes jsonb), for the queue's owner proven by
--- _prove_caller. SECURITY DEFINER: the table belongs to the extension's owner. The type must be
--- trusted (_payload_type_untrusted): the constraint runs its input function for every writer.
+-- _prove_caller, and records it in the queue's settings (only this routine writes
+-- payload_type: _check_queue_settings). SECURITY DEFINER: the table belongs to the extension's
+-- owner. The type must be trusted (_payload_type_untrusted): the constraint runs its input
+-- function for every writer.
 CREATE FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype)
 RETURNS void
 LANGUAGE plpgsql
@@ -11992,6 +12250,9 @@ BEGIN
                 MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
+    VALUES (queue_name, _set_payload_check.payload_type)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
         EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
@@ -12060,9 +12321,8 @@ BEGIN
             HINT = 'Consume or purge its messages first.';
     END IF;
 
-    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
-    VALUES (queue_name, nullif(v_new, 'jsonb'::regtype))
-    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
     -- Dead letters must still fit where they go, both ways (checked on the new settings; an
     -- error undoes them).
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
@@ -12093,9 +12353,6 @@ BEGIN
                                            WHERE s.queue_name = v_source), 'jsonb'));
         END IF;
     END LOOP;
-
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
@@ -13490,7 +13747,8 @@ BEGIN
     INTO v_ages
     USING v_now;
 
-    IF v_set.dead_letter_queue IS NOT NULL THEN
+    -- counted for a caller that may read it (a queue's readers need not: NULL then)
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT') THEN
         v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
         v_dlq_n := v_dlq.row_count;
         v_est := v_est OR v_dlq.estimated;
@@ -13945,6 +14203,17 @@ CREATE POLICY dedup_keys_update ON pgmq.dedup_keys FOR UPDATE
 USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
 CREATE POLICY dedup_keys_delete ON pgmq.dedup_keys FOR DELETE
 USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+
+-- dead_letter_origins: whoever moves a message into a dead-letter queue records where it came from, only for a message its own transaction wrote there and naming only a source it may send to itself (so a redrive writes nothing its recorder could not have); the dead-letter queue's consumers remove them
+ALTER TABLE pgmq.dead_letter_origins ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.dead_letter_origins TO PUBLIC;
+CREATE POLICY dead_letter_origins_read ON pgmq.dead_letter_origins FOR SELECT USING (true);
+CREATE POLICY dead_letter_origins_insert ON pgmq.dead_letter_origins FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._dead_letter_written_here(queue_name, msg_id) AND (source_queue IS NULL OR pgmq._queue_privilege(source_queue, 'INSERT')));
+CREATE POLICY dead_letter_origins_update ON pgmq.dead_letter_origins FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._dead_letter_written_here(queue_name, msg_id) AND (source_queue IS NULL OR pgmq._queue_privilege(source_queue, 'INSERT')));
+CREATE POLICY dead_letter_origins_delete ON pgmq.dead_letter_origins FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'DELETE'));
 
 -- exchanges: anyone may create an exchange (and owns it); owners change and drop theirs
 ALTER TABLE pgmq.exchanges ENABLE ROW LEVEL SECURITY;

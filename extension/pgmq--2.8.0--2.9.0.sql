@@ -49,7 +49,29 @@ $payload_types$;
 ALTER TABLE pgmq.queue_settings DROP CONSTRAINT queue_settings_payload_type_check;
 ALTER TABLE pgmq.queue_settings
     ALTER COLUMN payload_type TYPE regtype USING pg_catalog.to_regtype(payload_type),
-    ADD CONSTRAINT queue_settings_payload_type_check CHECK (payload_type <> 'jsonb'::regtype);
+    ADD CONSTRAINT queue_settings_payload_type_check CHECK (payload_type <> 'jsonb'::regtype);CREATE TABLE pgmq.dead_letter_origins (
+    queue_name   VARCHAR NOT NULL
+        CONSTRAINT dead_letter_origins_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    msg_id       BIGINT NOT NULL,
+    source_queue VARCHAR
+        CONSTRAINT dead_letter_origins_source_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    PRIMARY KEY (queue_name, msg_id)
+);
+CREATE INDEX dead_letter_origins_source_idx ON pgmq.dead_letter_origins (source_queue);
+SELECT pg_catalog.pg_extension_config_dump('pgmq.dead_letter_origins', '');
+
+-- Who set each dead-letter queue (kept by a trigger from now on). Before 2.9.0 a queue's owner
+-- could write the row directly, so an existing one counts as the owner's (a queue without an
+-- owner row is administered by trusted roles: the extension's owner): dead letters go there
+-- only while that role may send there.
+ALTER TABLE pgmq.queue_settings ADD COLUMN dead_letter_set_by NAME;
+UPDATE pgmq.queue_settings s
+SET dead_letter_set_by = coalesce((SELECT o.owner FROM pgmq.queue_owners o WHERE o.queue_name = s.queue_name),
+                                  (SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n
+                                   WHERE n.nspname = 'pgmq'))
+WHERE s.dead_letter_queue IS NOT NULL;
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.validate_queue_name(text)
@@ -59,7 +81,11 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.remove_retry_policy(text)
 -- replace: pgmq.set_dedup_window(text, integer)
 -- replace: pgmq.set_message_ttl(text, integer)
+-- replace: pgmq._note_message_limits(text)
+-- replace: pgmq._dead_letter(text, bigint[], text, text)
+-- replace: pgmq.redrive(text, text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.expire_messages(text)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._create_stream_for(text, interval, interval, bigint, boolean)
 -- replace: pgmq.create_stream(text, interval, interval, bigint, boolean)
@@ -80,6 +106,7 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.grant_stream_access(text, name, text)
 -- replace: pgmq.revoke_stream_access(text, name, text)
 -- replace: pgmq._exchange_for_publish(text, text)
+-- replace: pgmq._route(text, text, jsonb)
 -- replace: pgmq.create_exchange(name, text)
 -- replace: pgmq.drop_exchange(name, boolean)
 -- replace: pgmq.set_unroutable(text, text, text)
@@ -114,13 +141,21 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.dispatch(text, integer)
 -- replace: pgmq.pause(text)
 -- replace: pgmq.resume(text)
+-- replace: pgmq._queue_metrics_of(text)
 -- replace: pgmq.queue_metrics(text)
 -- replace: pgmq.browse(text, bigint, integer, boolean)
 -- replace: pgmq.move_messages(text, text, integer)
 -- replace: pgmq.grant_publish_access(name, name)
 -- replace: pgmq.revoke_publish_access(name, name)
+-- new: pgmq._flag_message_limits(text)
+-- new: pgmq._check_dead_letter_queue(text, text)
+-- new: pgmq._check_queue_settings()
+-- new: pgmq._may_send_as(name, text)
+-- new: pgmq._dead_letter_written_here(text, bigint)
 -- new: pgmq._stream_last_ev_id(text)
 -- new: pgmq._guard_stream_subscription()
+-- new: pgmq._check_alternate_exchange(text, text)
+-- new: pgmq._check_exchange()
 -- new: pgmq._payload_ok(text, regtype)
 -- new: pgmq._set_payload_check(text, regtype)
 
@@ -229,45 +264,14 @@ BEGIN
     IF max_retry_delay < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
     END IF;
-    IF dead_letter_queue IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) THEN
-            IF set_retry_policy.dead_letter_queue IS NULL THEN
-                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
-            END IF;
-
-            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-                MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
-        END IF;
-        IF dead_letter_queue = queue_name THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-                MESSAGE = 'a queue cannot be its own dead-letter queue';
-        END IF;
-        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_retry_policy.queue_name
-                   WHERE d.queue_name = set_retry_policy.dead_letter_queue AND d.payload_type IS NOT NULL
-                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
-            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
-                                 set_retry_policy.dead_letter_queue,
-                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_retry_policy.dead_letter_queue),
-                                 set_retry_policy.queue_name,
-                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                           WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
-        END IF;
-        -- Dead letters are written by whoever consumes this queue: its owner may send them only
-        -- where it may send itself.
-        IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
-        END IF;
-    END IF;
+    -- the dead-letter queue is checked by the table itself (_check_queue_settings)
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
         SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
             backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
-            dead_letter_queue = EXCLUDED.dead_letter_queue;
+            dead_letter_queue = EXCLUDED.dead_letter_queue, dead_letter_set_by = EXCLUDED.dead_letter_set_by;
 END;
 $fn$;
 
@@ -347,6 +351,338 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
 
+CREATE OR REPLACE FUNCTION pgmq._note_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._flag_message_limits(queue_name);
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._flag_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _flag_message_limits.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', pgmq._format_table_name(queue_name, 'q')), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+    VALUES (queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._flag_message_limits(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._flag_message_limits(queue_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq._check_dead_letter_queue(queue_name text, dead_letter_queue text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) THEN
+        IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _check_dead_letter_queue.dead_letter_queue);
+    END IF;
+    IF dead_letter_queue = queue_name THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a queue cannot be its own dead-letter queue';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = _check_dead_letter_queue.queue_name
+               WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             _check_dead_letter_queue.dead_letter_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue),
+                             _check_dead_letter_queue.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = _check_dead_letter_queue.queue_name), 'jsonb'));
+    END IF;
+    IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._check_queue_settings()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.dead_letter_queue IS DISTINCT FROM OLD.dead_letter_queue
+       OR NEW.dead_letter_set_by IS DISTINCT FROM OLD.dead_letter_set_by THEN
+        IF NEW.dead_letter_queue IS NOT NULL THEN
+            PERFORM pgmq._check_dead_letter_queue(NEW.queue_name, NEW.dead_letter_queue);
+            NEW.dead_letter_set_by := current_user;
+        ELSE
+            NEW.dead_letter_set_by := NULL;
+        END IF;
+    ELSE
+        NEW.dead_letter_set_by := OLD.dead_letter_set_by;
+    END IF;
+    IF (CASE WHEN TG_OP = 'INSERT' THEN NEW.payload_type IS NOT NULL
+             ELSE NEW.payload_type IS DISTINCT FROM OLD.payload_type END)
+       AND NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the payload type of queue "%s" is set by set_payload_type only', NEW.queue_name);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._may_send_as(role_name name, target text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (SELECT coalesce((SELECT pg_catalog.has_table_privilege(r.oid,
+                                        to_regclass(format('pgmq.%I', pgmq._format_table_name($2, 'q'))), 'INSERT')
+                             FROM pg_catalog.pg_roles r WHERE r.rolname = $1),
+                            false));
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_xmin  bigint;
+    v_top   bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_ahead bigint;
+BEGIN
+    IF v_top IS NULL THEN
+        RETURN false;  -- this transaction wrote nothing
+    END IF;
+    EXECUTE format('SELECT xmin::text::bigint FROM pgmq.%I WHERE msg_id = $1',
+                   pgmq._format_table_name(queue_name, 'q'))
+    INTO v_xmin
+    USING msg_id;
+    -- xmin is 32 bits; this transaction's ids (the top one and its subtransactions') are the
+    -- top one or follow it closely: anything else (older, frozen) is not ours.
+    v_ahead := (v_xmin - v_top % 4294967296 + 4294967296) % 4294967296;
+    IF v_xmin IS NULL OR v_ahead >= 2147483648 THEN
+        RETURN false;
+    END IF;
+    RETURN pg_xact_status((v_top + v_ahead)::text::xid8) = 'in progress';
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id bigint) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text;
+    v_setter name;
+    v_source text;
+    v_moved  bigint[];
+    v_count  bigint;
+BEGIN
+    SELECT s.dead_letter_queue, s.dead_letter_set_by INTO v_dlq, v_setter
+    FROM pgmq.queue_settings s
+    WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+
+    -- Checked when used, not only when set: whoever consumes (cron, an admin) moves messages
+    -- only where the role that set the dead-letter queue may still send. Otherwise the
+    -- archive, as without one: nothing is lost and the queue keeps going.
+    IF v_dlq IS NOT NULL AND NOT pgmq._may_send_as(v_setter, v_dlq) THEN
+        RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", which set the dead-letter queue "%s" of queue "%s", may not send to it: dead letters go to the archive',
+                             v_setter, v_dlq, queue_name),
+            HINT = 'Grant it access to the dead-letter queue, or set it (or another) with set_retry_policy as a role that may send there.';
+        v_dlq := NULL;
+    END IF;
+
+    IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _dead_letter.queue_name AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_dlq);
+        END IF;
+        -- The origin is recorded only by a role that may send there itself (the row security of
+        -- dead_letter_origins, asked here first so that it never refuses the move), and only for
+        -- the messages this transaction moved (a second statement, which sees them:
+        -- _dead_letter_written_here).
+        IF pgmq._queue_privilege(queue_name, 'INSERT') THEN
+            v_source := queue_name;
+        END IF;
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            ), moved AS (
+                INSERT INTO pgmq.%I (vt, message, headers, priority)
+                SELECT clock_timestamp(), d.message, CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                    'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                    'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                    'time', clock_timestamp())
+                    || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                            ELSE jsonb_build_object('headers', d.headers) END),
+                       coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+                FROM d ORDER BY d.msg_id
+                RETURNING msg_id
+            )
+            SELECT array_agg(moved.msg_id) FROM moved$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        INTO v_moved
+        USING msg_ids, queue_name, reason, error;
+        INSERT INTO pgmq.dead_letter_origins AS o (queue_name, msg_id, source_queue)
+        SELECT v_dlq, m.msg_id, v_source FROM unnest(v_moved) AS m(msg_id)
+        ON CONFLICT ON CONSTRAINT dead_letter_origins_pkey DO UPDATE SET source_queue = EXCLUDED.source_queue;
+        v_count := coalesce(cardinality(v_moved), 0);
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                   || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp())
+                       || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                               ELSE jsonb_build_object('headers', d.headers) END)
+            FROM d$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq     text := pgmq._format_table_name(dead_letter_queue, 'q');
+    v_name    text;  -- the dead-letter queue's name in the catalog (its records' key)
+    v_target  text;
+    v_left    bigint := max_messages;
+    v_count   bigint;
+    v_total   bigint := 0;
+BEGIN
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF target_queue IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pgmq.meta m WHERE m.queue_name = redrive.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', target_queue);
+    END IF;
+    SELECT m.queue_name INTO v_name FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(redrive.dead_letter_queue)
+    ORDER BY m.queue_name = redrive.dead_letter_queue DESC LIMIT 1;
+    -- One pass per destination queue, oldest first within each.
+    FOR v_target IN SELECT target_queue WHERE target_queue IS NOT NULL
+                    UNION ALL
+                    SELECT DISTINCT o.source_queue::text FROM pgmq.dead_letter_origins o
+                    WHERE target_queue IS NULL AND o.queue_name = v_name AND o.source_queue IS NOT NULL
+                      AND pgmq._queue_privilege(o.source_queue, 'INSERT')
+    LOOP
+        EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = redrive.dead_letter_queue AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_target);
+        END IF;
+        EXECUTE format(
+            $q$WITH picked AS (
+                SELECT q.msg_id FROM pgmq.%1$I q
+                WHERE $1::text IS NOT NULL
+                   OR EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                              WHERE o.queue_name = $4 AND o.msg_id = q.msg_id AND o.source_queue = $2)
+                ORDER BY q.msg_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
+                RETURNING d.msg_id, d.message, d.headers
+            ), forgotten AS (
+                DELETE FROM pgmq.dead_letter_origins o USING moved
+                WHERE o.queue_name = $4 AND o.msg_id = moved.msg_id
+            )
+            INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+            SELECT clock_timestamp(), message, CASE WHEN headers->'x-pgmq-dead-letter' ? 'headers' THEN headers->'x-pgmq-dead-letter'->'headers'
+                                        ELSE nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb) END,
+                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+            FROM moved ORDER BY msg_id$q$,
+            v_dlq, pgmq._format_table_name(v_target, 'q'))
+        USING target_queue, v_target, v_left, v_name;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        v_left := v_left - v_count;
+    END LOOP;
+    -- Whatever has no recorded source (or one the caller may not send to) is left in place: say
+    -- so once nothing else is to move.
+    IF target_queue IS NULL AND (v_left IS NULL OR v_left > 0) THEN
+        EXECUTE format(
+            $q$SELECT count(*) FROM pgmq.%I q
+               WHERE NOT EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                                 WHERE o.queue_name = $1 AND o.msg_id = q.msg_id AND o.source_queue IS NOT NULL
+                                   AND pgmq._queue_privilege(o.source_queue, 'INSERT'))$q$,
+            v_dlq)
+        INTO v_count
+        USING v_name;
+        IF v_count > 0 THEN
+            RAISE NOTICE USING
+                MESSAGE = format('%s message(s) of "%s" have no recorded source queue you may send to and stay there', v_count, dead_letter_queue),
+                DETAIL = 'Sent to it directly, dead-lettered before pgmq 2.9.0 or by a role that may not send to their source, or from a queue you may not send to.',
+                HINT = 'Look at them, then redrive them with target_queue.';
+        END IF;
+    END IF;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to the source queue recorded when it was dead-lettered; others stay, with a NOTICE), oldest first, attempts reset, headers as sent; returns how many moved.';
+
 CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql
@@ -372,8 +708,9 @@ BEGIN
     EXECUTE format(
         $q$UPDATE pgmq.%I
            SET read_ct = $2, vt = $3, last_read_at = $3,
-               headers = CASE WHEN $4::text IS NULL THEN headers
-                              ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
+               headers = CASE WHEN $4::text IS NOT NULL AND (headers IS NULL OR (jsonb_typeof(headers) = 'object' AND headers <> '{}'::jsonb))
+                              THEN coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text)
+                              ELSE headers END
            WHERE msg_id = $1$q$, v_qtable)
     USING msg_id, attempts, v_back_at, error;
     IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
@@ -383,6 +720,61 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
+                               < clock_timestamp(), false)
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+            pgmq._format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+        -- origins of dead letters consumed since (msg_ids only grow: those below the oldest left)
+        EXECUTE format(
+            $q$DELETE FROM pgmq.dead_letter_origins o
+               WHERE o.queue_name = $1
+                 AND o.msg_id < coalesce((SELECT msg_id FROM pgmq.%I ORDER BY msg_id LIMIT 1), 9223372036854775807)$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        USING v_queue;
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
 
 CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record
@@ -1460,6 +1852,60 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._route(exchange_name text, routing_key text, headers jsonb)
+RETURNS TABLE(queue_name text, stream_name text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name text := exchange_name;
+    v_type text;
+    v_next text;
+    v_hops integer := 0;
+BEGIN
+    LOOP
+        SELECT e.exchange_type, e.alternate_exchange INTO v_type, v_next
+        FROM pgmq.exchanges e WHERE e.exchange_name = v_name;
+        IF v_type = 'fanout' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name ORDER BY 1, 2;
+        ELSIF v_type = 'direct' THEN
+            RETURN QUERY SELECT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND b.binding_key = routing_key ORDER BY 1, 2;
+        ELSIF v_type = 'topic' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND routing_key ~ b.compiled_regex ORDER BY 1, 2;
+        ELSIF v_type = 'headers' THEN
+            RETURN QUERY SELECT DISTINCT b.queue_name, b.stream_name FROM (SELECT b.exchange_name, b.queue_name, NULL::text AS stream_name, b.binding_key, b.arguments, b.compiled_regex
+ FROM pgmq.exchange_bindings b
+ UNION ALL
+ SELECT s.exchange_name, NULL::text, s.stream_name::text, s.binding_key, s.arguments, s.compiled_regex
+ FROM pgmq.stream_bindings s) b
+                         WHERE b.exchange_name = v_name AND pgmq._headers_match(b.arguments, headers)
+                         ORDER BY 1, 2;
+        END IF;
+        -- an alternate only for a publisher that may publish to it (its setter's right was
+        -- checked when set: _check_alternate_exchange)
+        EXIT WHEN FOUND OR v_next IS NULL OR v_hops >= 8 OR NOT pgmq._may_publish(v_next);
+        v_name := v_next;
+        v_hops := v_hops + 1;
+    END LOOP;
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq.create_exchange(e_name name, e_type text DEFAULT 'fanout'::text)
 RETURNS void
 LANGUAGE plpgsql
@@ -1549,9 +1995,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_ex   pgmq.exchanges;
-    v_hop  text := alternate_exchange;
-    v_hops integer := 0;
+    v_ex pgmq.exchanges;
 BEGIN
     SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = set_unroutable.exchange_name;
     IF NOT FOUND THEN
@@ -1570,9 +2014,28 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('on_unroutable must be ''notice'' or ''error'', got: %s', coalesce(on_unroutable, 'NULL'));
     END IF;
+    -- the alternate exchange is checked by the table itself (_check_exchange)
+    UPDATE pgmq.exchanges e
+    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
+    WHERE e.exchange_name = v_ex.exchange_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+
+CREATE FUNCTION pgmq._check_alternate_exchange(exchange_name text, alternate_exchange text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hop  text := alternate_exchange;
+    v_hops integer := 0;
+BEGIN
     -- refuse cycles: follow the chain from the new alternate back to this exchange
     WHILE v_hop IS NOT NULL LOOP
-        IF v_hop = v_ex.exchange_name OR v_hops > 8 THEN
+        IF v_hop = exchange_name OR v_hops > 8 THEN
             RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
                 MESSAGE = format('alternate exchange "%s" would form a cycle or a chain longer than 8', alternate_exchange);
         END IF;
@@ -1583,13 +2046,28 @@ BEGIN
         SELECT e.alternate_exchange INTO v_hop FROM pgmq.exchanges e WHERE e.exchange_name = v_hop;
         v_hops := v_hops + 1;
     END LOOP;
-    UPDATE pgmq.exchanges e
-    SET on_unroutable = set_unroutable.on_unroutable, alternate_exchange = set_unroutable.alternate_exchange
-    WHERE e.exchange_name = v_ex.exchange_name;
+    IF alternate_exchange IS NOT NULL AND NOT pgmq._may_publish(alternate_exchange) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for exchange "%s"', alternate_exchange),
+            HINT = 'An alternate exchange takes only what its setter may publish to it.';
+    END IF;
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.set_unroutable(exchange_name text, on_unroutable text, alternate_exchange text) IS 'Choose what happens to unroutable messages: an alternate exchange, then a NOTICE (''notice'') or an error (''error'').';
+CREATE FUNCTION pgmq._check_exchange()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NEW.alternate_exchange IS NOT NULL
+       AND (TG_OP = 'INSERT' OR NEW.alternate_exchange IS DISTINCT FROM OLD.alternate_exchange) THEN
+        PERFORM pgmq._check_alternate_exchange(NEW.exchange_name, NEW.alternate_exchange);
+    END IF;
+    RETURN NEW;
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._bind(exchange_name text, queue_name text, binding_key text)
 RETURNS boolean
@@ -1988,6 +2466,9 @@ BEGIN
                 MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
+    VALUES (queue_name, _set_payload_check.payload_type)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
         EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
@@ -2057,9 +2538,8 @@ BEGIN
             HINT = 'Consume or purge its messages first.';
     END IF;
 
-    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
-    VALUES (queue_name, nullif(v_new, 'jsonb'::regtype))
-    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
     -- Dead letters must still fit where they go, both ways (checked on the new settings; an
     -- error undoes them).
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
@@ -2090,9 +2570,6 @@ BEGIN
                                            WHERE s.queue_name = v_source), 'jsonb'));
         END IF;
     END LOOP;
-
-    PERFORM pgmq._prove_caller();
-    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
 END;
 $fn$;
 
@@ -2937,6 +3414,99 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
 
+CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
+    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_ages    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+BEGIN
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
+
+    v_msgs := pgmq._count_messages(v_qtable);
+    v_est := v_msgs.estimated;
+
+    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
+    EXECUTE format(
+        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        v_qtable)
+    INTO v_ages
+    USING v_now;
+
+    -- counted for a caller that may read it (a queue's readers need not: NULL then)
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT') THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_class c
+            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
+                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
 RETURNS SETOF pgmq.queue_metrics_record
 LANGUAGE plpgsql
@@ -3703,4 +4273,206 @@ BEGIN
         END IF;
     END LOOP;
 END
-$payload_types$;
+$payload_types$;-- Catalog rows that steer privileged work check themselves, whoever writes them.
+CREATE TRIGGER queue_settings_checks BEFORE INSERT OR UPDATE ON pgmq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION pgmq._check_queue_settings();
+CREATE TRIGGER exchanges_checks BEFORE INSERT OR UPDATE ON pgmq.exchanges
+    FOR EACH ROW EXECUTE FUNCTION pgmq._check_exchange();
+-- dead_letter_origins' row security (replace_policies makes every catalog policy as declared now).
+ALTER TABLE pgmq.dead_letter_origins ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.dead_letter_origins TO PUBLIC;
+DROP POLICY IF EXISTS meta_read ON pgmq.meta;
+DROP POLICY IF EXISTS meta_insert ON pgmq.meta;
+DROP POLICY IF EXISTS meta_update ON pgmq.meta;
+DROP POLICY IF EXISTS meta_delete ON pgmq.meta;
+CREATE POLICY meta_read ON pgmq.meta FOR SELECT USING (true);
+CREATE POLICY meta_insert ON pgmq.meta FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY meta_delete ON pgmq.meta FOR DELETE
+USING (pgmq._owns_queue(queue_name) OR to_regclass(format('pgmq.%I', pgmq._format_table_name(queue_name, 'q'))) IS NULL);
+
+DROP POLICY IF EXISTS queue_settings_read ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_insert ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_update ON pgmq.queue_settings;
+DROP POLICY IF EXISTS queue_settings_delete ON pgmq.queue_settings;
+CREATE POLICY queue_settings_read ON pgmq.queue_settings FOR SELECT USING (true);
+CREATE POLICY queue_settings_insert ON pgmq.queue_settings FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_update ON pgmq.queue_settings FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY queue_settings_delete ON pgmq.queue_settings FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS dedup_keys_read ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_insert ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_update ON pgmq.dedup_keys;
+DROP POLICY IF EXISTS dedup_keys_delete ON pgmq.dedup_keys;
+CREATE POLICY dedup_keys_read ON pgmq.dedup_keys FOR SELECT USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_insert ON pgmq.dedup_keys FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_update ON pgmq.dedup_keys FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT'));
+CREATE POLICY dedup_keys_delete ON pgmq.dedup_keys FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT'));
+
+DROP POLICY IF EXISTS dead_letter_origins_read ON pgmq.dead_letter_origins;
+DROP POLICY IF EXISTS dead_letter_origins_insert ON pgmq.dead_letter_origins;
+DROP POLICY IF EXISTS dead_letter_origins_update ON pgmq.dead_letter_origins;
+DROP POLICY IF EXISTS dead_letter_origins_delete ON pgmq.dead_letter_origins;
+CREATE POLICY dead_letter_origins_read ON pgmq.dead_letter_origins FOR SELECT USING (true);
+CREATE POLICY dead_letter_origins_insert ON pgmq.dead_letter_origins FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._dead_letter_written_here(queue_name, msg_id) AND (source_queue IS NULL OR pgmq._queue_privilege(source_queue, 'INSERT')));
+CREATE POLICY dead_letter_origins_update ON pgmq.dead_letter_origins FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'INSERT')) WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._dead_letter_written_here(queue_name, msg_id) AND (source_queue IS NULL OR pgmq._queue_privilege(source_queue, 'INSERT')));
+CREATE POLICY dead_letter_origins_delete ON pgmq.dead_letter_origins FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'DELETE'));
+
+DROP POLICY IF EXISTS exchanges_read ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_insert ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_update ON pgmq.exchanges;
+DROP POLICY IF EXISTS exchanges_delete ON pgmq.exchanges;
+CREATE POLICY exchanges_read ON pgmq.exchanges FOR SELECT USING (true);
+CREATE POLICY exchanges_insert ON pgmq.exchanges FOR INSERT
+ WITH CHECK (owner = current_user);
+CREATE POLICY exchanges_update ON pgmq.exchanges FOR UPDATE
+USING (pgmq._owns_role(owner)) WITH CHECK (pgmq._owns_role(owner));
+CREATE POLICY exchanges_delete ON pgmq.exchanges FOR DELETE
+USING (pgmq._owns_role(owner));
+
+DROP POLICY IF EXISTS exchange_publishers_read ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_insert ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_update ON pgmq.exchange_publishers;
+DROP POLICY IF EXISTS exchange_publishers_delete ON pgmq.exchange_publishers;
+CREATE POLICY exchange_publishers_read ON pgmq.exchange_publishers FOR SELECT USING (true);
+CREATE POLICY exchange_publishers_insert ON pgmq.exchange_publishers FOR INSERT
+ WITH CHECK (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+CREATE POLICY exchange_publishers_delete ON pgmq.exchange_publishers FOR DELETE
+USING (pgmq._owns_role((SELECT e.owner FROM pgmq.exchanges e WHERE e.exchange_name = exchange_publishers.exchange_name)));
+
+DROP POLICY IF EXISTS exchange_bindings_read ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_insert ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_update ON pgmq.exchange_bindings;
+DROP POLICY IF EXISTS exchange_bindings_delete ON pgmq.exchange_bindings;
+CREATE POLICY exchange_bindings_read ON pgmq.exchange_bindings FOR SELECT USING (true);
+CREATE POLICY exchange_bindings_insert ON pgmq.exchange_bindings FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY exchange_bindings_delete ON pgmq.exchange_bindings FOR DELETE
+USING (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+
+DROP POLICY IF EXISTS notify_insert_throttle_read ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_insert ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_update ON pgmq.notify_insert_throttle;
+DROP POLICY IF EXISTS notify_insert_throttle_delete ON pgmq.notify_insert_throttle;
+CREATE POLICY notify_insert_throttle_read ON pgmq.notify_insert_throttle FOR SELECT USING (true);
+CREATE POLICY notify_insert_throttle_insert ON pgmq.notify_insert_throttle FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_update ON pgmq.notify_insert_throttle FOR UPDATE
+USING (pgmq._owns_queue(queue_name)) WITH CHECK (pgmq._owns_queue(queue_name));
+CREATE POLICY notify_insert_throttle_delete ON pgmq.notify_insert_throttle FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS callbacks_read ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_insert ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_update ON pgmq.callbacks;
+DROP POLICY IF EXISTS callbacks_delete ON pgmq.callbacks;
+CREATE POLICY callbacks_read ON pgmq.callbacks FOR SELECT USING (true);
+CREATE POLICY callbacks_insert ON pgmq.callbacks FOR INSERT
+ WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
+CREATE POLICY callbacks_update ON pgmq.callbacks FOR UPDATE
+USING (pgmq._owns_queue(queue_name) AND registrant = current_user) WITH CHECK (pgmq._owns_queue(queue_name) AND registrant = current_user);
+CREATE POLICY callbacks_delete ON pgmq.callbacks FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS callback_counts_read ON pgmq.callback_counts;
+DROP POLICY IF EXISTS callback_counts_insert ON pgmq.callback_counts;
+DROP POLICY IF EXISTS callback_counts_update ON pgmq.callback_counts;
+DROP POLICY IF EXISTS callback_counts_delete ON pgmq.callback_counts;
+CREATE POLICY callback_counts_read ON pgmq.callback_counts FOR SELECT USING (true);
+CREATE POLICY callback_counts_insert ON pgmq.callback_counts FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'DELETE'));
+CREATE POLICY callback_counts_update ON pgmq.callback_counts FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'DELETE'));
+CREATE POLICY callback_counts_delete ON pgmq.callback_counts FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+DROP POLICY IF EXISTS stream_subscriptions_read ON pgmq.stream_subscriptions;
+DROP POLICY IF EXISTS stream_subscriptions_insert ON pgmq.stream_subscriptions;
+DROP POLICY IF EXISTS stream_subscriptions_update ON pgmq.stream_subscriptions;
+DROP POLICY IF EXISTS stream_subscriptions_delete ON pgmq.stream_subscriptions;
+CREATE POLICY stream_subscriptions_read ON pgmq.stream_subscriptions FOR SELECT USING (true);
+CREATE POLICY stream_subscriptions_insert ON pgmq.stream_subscriptions FOR INSERT
+ WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
+CREATE POLICY stream_subscriptions_update ON pgmq.stream_subscriptions FOR UPDATE
+USING (pgmq._stream_privilege(stream_name, 'SELECT')) WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
+CREATE POLICY stream_subscriptions_delete ON pgmq.stream_subscriptions FOR DELETE
+USING (pgmq._stream_privilege(stream_name, 'SELECT'));
+
+DROP POLICY IF EXISTS stream_batches_read ON pgmq.stream_batches;
+DROP POLICY IF EXISTS stream_batches_insert ON pgmq.stream_batches;
+DROP POLICY IF EXISTS stream_batches_update ON pgmq.stream_batches;
+DROP POLICY IF EXISTS stream_batches_delete ON pgmq.stream_batches;
+CREATE POLICY stream_batches_read ON pgmq.stream_batches FOR SELECT USING (true);
+CREATE POLICY stream_batches_insert ON pgmq.stream_batches FOR INSERT
+ WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
+CREATE POLICY stream_batches_update ON pgmq.stream_batches FOR UPDATE
+USING (pgmq._stream_privilege(stream_name, 'SELECT')) WITH CHECK (pgmq._stream_privilege(stream_name, 'SELECT'));
+CREATE POLICY stream_batches_delete ON pgmq.stream_batches FOR DELETE
+USING (pgmq._stream_privilege(stream_name, 'SELECT'));
+
+DROP POLICY IF EXISTS stream_bindings_read ON pgmq.stream_bindings;
+DROP POLICY IF EXISTS stream_bindings_insert ON pgmq.stream_bindings;
+DROP POLICY IF EXISTS stream_bindings_update ON pgmq.stream_bindings;
+DROP POLICY IF EXISTS stream_bindings_delete ON pgmq.stream_bindings;
+CREATE POLICY stream_bindings_read ON pgmq.stream_bindings FOR SELECT USING (true);
+CREATE POLICY stream_bindings_insert ON pgmq.stream_bindings FOR INSERT
+ WITH CHECK (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+CREATE POLICY stream_bindings_delete ON pgmq.stream_bindings FOR DELETE
+USING (pgmq._stream_privilege(stream_name, 'INSERT') AND pgmq._may_publish(exchange_name));
+
+DROP POLICY IF EXISTS queue_owners_read ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_insert ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_update ON pgmq.queue_owners;
+DROP POLICY IF EXISTS queue_owners_delete ON pgmq.queue_owners;
+CREATE POLICY queue_owners_read ON pgmq.queue_owners FOR SELECT USING (true);
+CREATE POLICY queue_owners_insert ON pgmq.queue_owners FOR INSERT
+ WITH CHECK (owner = current_user AND pgmq._is_trusted(current_user));
+
+
+
+-- Dead letters of 2.8.0 carry their source only in a header, which any sender to the
+-- dead-letter queue could have written. Their origin is recorded here only where a redrive
+-- into that source writes nothing that a role able to send to the dead-letter queue could not
+-- have sent there itself (every grantee of INSERT on it, PUBLIC included, may send to the
+-- source), and the source still dead-letters into that queue. The others stay without one:
+-- redrive leaves them in place until someone names their target_queue.
+DO $step$
+DECLARE
+    v_pair record;
+BEGIN
+    FOR v_pair IN
+        SELECT s.queue_name AS source, s.dead_letter_queue AS dlq
+        FROM pgmq.queue_settings s
+        WHERE s.retry_policy AND s.dead_letter_queue IS NOT NULL
+          AND to_regclass(format('pgmq.%I', pgmq._format_table_name(s.dead_letter_queue, 'q'))) IS NOT NULL
+          AND to_regclass(format('pgmq.%I', pgmq._format_table_name(s.queue_name, 'q'))) IS NOT NULL
+          AND NOT EXISTS (
+              SELECT 1
+              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+              WHERE c.oid = to_regclass(format('pgmq.%I', pgmq._format_table_name(s.dead_letter_queue, 'q')))
+                AND a.privilege_type = 'INSERT'
+                AND NOT coalesce(pg_catalog.has_table_privilege(
+                        CASE WHEN a.grantee = 0 THEN 'public' ELSE pg_catalog.pg_get_userbyid(a.grantee) END,
+                        to_regclass(format('pgmq.%I', pgmq._format_table_name(s.queue_name, 'q'))),
+                        'INSERT'), false))
+        ORDER BY 1
+    LOOP
+        EXECUTE format(
+            $q$INSERT INTO pgmq.dead_letter_origins (queue_name, msg_id, source_queue)
+               SELECT $1, d.msg_id, $2 FROM pgmq.%I d
+               WHERE d.headers->'x-pgmq-dead-letter'->>'source_queue' = $2
+               ON CONFLICT ON CONSTRAINT dead_letter_origins_pkey DO NOTHING$q$,
+            pgmq._format_table_name(v_pair.dlq, 'q'))
+        USING v_pair.dlq, v_pair.source;
+    END LOOP;
+END;
+$step$;

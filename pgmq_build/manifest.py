@@ -315,7 +315,7 @@ DELIVERY = Feature(
     templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
                "functions/expire.sql.j2", "functions/claims.sql.j2"),
-    config_tables=("queue_settings", "dedup_keys"),
+    config_tables=("queue_settings", "dedup_keys", "dead_letter_origins"),
 )
 
 PAYLOADS = Feature(
@@ -412,10 +412,17 @@ ROUTINES = policies(
     # delivery
     "set_retry_policy", "remove_retry_policy", "set_dedup_window", "set_message_ttl",
     "list_queue_settings",
-    Policy("_note_message_limits",
+    "_retry_delay", "_note_message_limits",
+    Policy("_flag_message_limits",
            definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
-           "check per-message limits) without the right to change its settings"),
-    "_retry_delay", "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
+           "check per-message limits) without the right to change its settings; only for a caller proven "
+           "by _prove_caller that may send to the queue"),
+    "_check_dead_letter_queue", "_check_queue_settings",
+    "_may_send_as",
+    Policy("_dead_letter_written_here",
+           definer_reason="the row security of dead_letter_origins asks whether this transaction wrote a dead "
+           "letter that the recorder, a sender, may not read; it answers only about the caller's own rows"),
+    "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
     "_dedup_msg_id", "send_reserved", "confirm", "expire_messages",
     Policy("_forget_dedup_keys",
            definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
@@ -441,6 +448,7 @@ ROUTINES = policies(
     "validate_routing_key", "validate_topic_pattern", "_validate_routing_key", "_validate_topic_pattern",
     "_topic_regex", "_headers_match", "_headers_arguments", "_may_publish", "_exchange_for_publish",
     "_route", "_unroutable", "_owns_role", "create_exchange", "drop_exchange", "set_unroutable",
+    "_check_alternate_exchange", "_check_exchange",
     "list_exchanges", "list_exchange_bindings", "_bind", "_unbind", "bind_queue", "unbind_queue",
     "publish", "publish_routed", "test_exchange_routing", "bind_topic", "unbind_topic", "list_topic_bindings",
     "bind_stream", "unbind_stream",
@@ -507,7 +515,8 @@ ROUTINES = policies(
            definer_reason="rotates and drops segment tables (the extension owner's) by the stream's own "
            "settings and the clock; nothing the caller gives but the name"),
     "_stream_count_unseen", "stream_tick", "subscribe", "unsubscribe", "stream_read",
-    "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info", "_guard_stream_subscription",
+    "_stream_settle", "stream_ack", "stream_nack", "stream_rewind", "stream_info",
+    "_guard_stream_subscription",
     "_stream_acl", "_stream_holds", "_copy_stream_acl",
     Policy("_set_stream_access",
            definer_reason="grants and revokes privileges on a stream's tables and sequence (the extension "

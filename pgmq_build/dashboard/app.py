@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from ..hosts import allowed_hosts, host_allowed
 from ..printable import printable
 from . import charts, queries
 from .sampler import KEEP, Sample, Sampler, rates, window_rates
@@ -160,14 +161,7 @@ class Dashboard:
     def serve(self, host: str, port: int) -> DashboardServer:
         """Bind (port 0: any free port) and return the server; call serve_forever() on it."""
         server = DashboardServer((host, port), self)
-        port = server.server_address[1]
-        if host in ("0.0.0.0", "::", ""):
-            self.allowed_hosts = None  # any address of this machine: no name to check against
-        else:
-            names = {f"[{host}]" if ":" in host else host, "localhost"}
-            if host in ("127.0.0.1", "::1", "localhost"):
-                names |= {"127.0.0.1", "[::1]"}
-            self.allowed_hosts = {f"{n}:{port}" for n in names}
+        self.allowed_hosts = allowed_hosts(host, server.server_address[1])
         return server
 
     def serve_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> tuple[DashboardServer, str]:
@@ -181,7 +175,7 @@ class Dashboard:
 
     def handle(self, req: Request) -> Response:
         host = req.headers.get("host", "")
-        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+        if not host_allowed(host, self.allowed_hosts):
             raise HTTPError(400, f"unexpected Host header {host!r}: use the address the "
                                  f"dashboard listens on")
         handler, args = self.router.match(req.method, req.path)

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import click
 import psycopg
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
+from ..hosts import allowed_hosts, host_allowed
 from ..printable import printable
 from . import db
 from .exits import Exit, OpsError
@@ -31,8 +34,6 @@ from .options import dsn_option, handled, json_option
 from .render import Output
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from ..worker import Worker
 
 log = logging.getLogger(__name__)
@@ -262,14 +263,41 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class _Server6(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+
+def host_checked(app: Callable, allowed: set[str] | None) -> Callable:
+    """`app` behind the dashboard's Host rule (pgmq_build/hosts.py): 400 for any other Host, so
+    a DNS-rebinding page cannot read queue names and counts."""
+
+    def checked(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        host = environ.get("HTTP_HOST", "")
+        if not host_allowed(host, allowed):
+            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"unexpected Host header {host!r}: use the address the exporter listens on\n".encode()]
+        return app(environ, start_response)
+
+    return checked
+
+
 def serve(registry: CollectorRegistry, bind: str) -> WSGIServer:
     """Serve /metrics of registry on HOST:PORT in a daemon thread; returns the server
-    (.shutdown() stops it)."""
+    (.shutdown() stops it). prometheus_client's server, with the Host rule in front."""
     host, port = parse_bind(bind)
+    app = make_wsgi_app(registry)
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = make_server(host, port, app, _Server6 if ":" in host else ThreadingWSGIServer,
+                             handler_class=_QuietHandler)
     except OSError as exc:
         raise OpsError(f"cannot listen on {bind}: {exc.strerror or exc}", Exit.USAGE) from exc
+    server.set_app(host_checked(app, allowed_hosts(host, server.server_address[1])))  # port 0: the one bound
+    threading.Thread(target=server.serve_forever, daemon=True, name="metrics-http").start()
     return server
 
 

@@ -594,7 +594,8 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
               "_run_partition_maintenance", "_queues_changed", "_streams_changed",
-              "_forget_dedup_keys", "_guard_stream_subscription"}
+              "_forget_dedup_keys", "_check_queue_settings", "_check_exchange",
+              "_guard_stream_subscription"}
 SWEEP = """
 SELECT pgmq.create('jobs')
 SELECT pgmq.create_non_partitioned('cnp')
@@ -699,6 +700,9 @@ SELECT pgmq.set_dedup_window('jobs', 10)
 SELECT pgmq.set_message_ttl('jobs', 100)
 SELECT * FROM pgmq.list_queue_settings()
 SELECT pgmq._note_message_limits('jobs')
+SELECT pgmq._prove_caller(), pgmq._flag_message_limits('jobs')
+SELECT pgmq._may_send_as(current_user, 'dlq'), pgmq._check_dead_letter_queue('jobs', 'dlq')
+SELECT pgmq._dead_letter_written_here('dlq', 1)
 SELECT pgmq._retry_delay(1, 1, 1, NULL)
 SELECT pgmq._dead_letter('jobs', ARRAY[7::bigint], 'nack')
 SELECT pgmq.redrive('dlq')
@@ -733,6 +737,7 @@ SELECT pgmq._unroutable('pgmq.topic', 'a.b', 'notice')
 SELECT pgmq._owns_role(current_user)
 SELECT pgmq.create_exchange('ex', 'direct')
 SELECT pgmq.set_unroutable('ex', 'notice')
+SELECT pgmq._check_alternate_exchange('ex', NULL)
 SELECT * FROM pgmq.list_exchanges()
 SELECT pgmq.bind_queue('jobs', 'ex', 'k')
 SELECT pgmq._bind('ex', 'jobs', 'k2')
