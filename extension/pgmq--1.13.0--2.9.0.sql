@@ -912,7 +912,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -988,7 +992,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -1087,7 +1095,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -1160,7 +1172,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
@@ -1220,7 +1236,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1283,7 +1303,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1346,7 +1370,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1409,7 +1437,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1472,7 +1504,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1535,7 +1571,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -2199,7 +2239,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -2238,7 +2282,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
     RETURN v_value;
@@ -2263,7 +2311,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((t.hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (t.hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((t.hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     USING $1, $2, $3;
@@ -2298,7 +2350,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2338,7 +2390,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2381,7 +2433,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2391,8 +2443,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2401,13 +2457,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2416,7 +2480,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2470,7 +2534,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2480,8 +2544,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2490,13 +2558,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2505,7 +2581,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2559,20 +2635,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2613,20 +2697,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2656,8 +2748,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2666,7 +2762,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2703,8 +2799,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2713,7 +2813,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2758,10 +2858,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2800,10 +2904,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2923,7 +3031,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2933,8 +3041,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2943,13 +3055,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3011,7 +3131,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3021,8 +3141,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3031,13 +3155,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3099,7 +3231,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3109,9 +3241,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3152,7 +3292,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3162,9 +3302,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3194,8 +3342,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3240,8 +3392,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3295,8 +3451,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3336,8 +3496,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3550,7 +3714,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -3559,7 +3727,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3598,7 +3770,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
     RETURN v_value;
@@ -3619,7 +3795,11 @@ $path$;',
     RETURNING k.msg_id
 )
 INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3644,7 +3824,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     USING $1, $2, $3;
@@ -3653,7 +3837,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
-SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
 FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
@@ -3688,7 +3876,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3710,7 +3898,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3750,7 +3938,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3772,7 +3960,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3815,7 +4003,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3825,8 +4013,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3835,13 +4027,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3850,7 +4050,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3886,7 +4086,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -3896,8 +4096,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -3906,13 +4110,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3921,7 +4133,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3975,7 +4187,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3985,8 +4197,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3995,13 +4211,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4010,7 +4234,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4046,7 +4270,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4056,8 +4280,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4066,13 +4294,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4081,7 +4317,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4135,20 +4371,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4171,20 +4415,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4225,20 +4477,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4261,20 +4521,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4304,8 +4572,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4314,7 +4586,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4333,8 +4605,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4343,7 +4619,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4380,8 +4656,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4390,7 +4670,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4409,8 +4689,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4419,7 +4703,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4464,10 +4748,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4488,10 +4776,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4530,10 +4822,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4554,10 +4850,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4719,7 +5019,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4729,8 +5029,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4739,13 +5043,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4789,7 +5101,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4799,8 +5111,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4809,13 +5125,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4877,7 +5201,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4887,8 +5211,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4897,13 +5225,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4947,7 +5283,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4957,8 +5293,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4967,13 +5307,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5035,7 +5383,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -5045,9 +5393,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5070,7 +5426,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -5080,9 +5436,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5123,7 +5487,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -5133,9 +5497,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5158,7 +5530,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -5168,9 +5540,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5200,8 +5580,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5228,8 +5612,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5274,8 +5662,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5302,8 +5694,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5357,8 +5753,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5380,8 +5780,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5421,8 +5825,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5444,8 +5852,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5692,8 +6104,10 @@ BEGIN
     EXECUTE format(
         $q$SELECT $1::text,
                   count(*),
-                  extract(epoch FROM now() - max(enqueued_at))::int,
-                  extract(epoch FROM now() - min(enqueued_at))::int,
+                  CASE WHEN max(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END,
+                  CASE WHEN min(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END,
                   $2::bigint,
                   now(),
                   count(*) FILTER (WHERE vt <= now()),
@@ -5747,7 +6161,7 @@ CREATE TABLE pgmq.queue_settings (
     retry_policy      BOOLEAN NOT NULL DEFAULT false,
     max_retries       INTEGER CHECK (max_retries >= 0),
     retry_delay       INTEGER NOT NULL DEFAULT 0 CHECK (retry_delay >= 0),
-    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1),
+    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1 AND backoff_factor < 'Infinity'),
     max_retry_delay   INTEGER CHECK (max_retry_delay >= 0),
     -- A dropped dead-letter queue falls back to the archive: nothing is lost.
     dead_letter_queue VARCHAR
@@ -5925,7 +6339,11 @@ ORDER BY m.queue_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
 
--- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far).
+-- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far),
+-- saturating at the integer maximum for any arguments (a negative delay is none): the power is
+-- computed only while it stays below e^22 (> 2^31, so every larger one is capped), so that no
+-- count, factor (1e200, Infinity, NaN in a row written around set_retry_policy) or cap
+-- overflows; the cap applies to the result.
 CREATE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -5933,8 +6351,11 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN (SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
-                         coalesce(max_retry_delay, 2147483647), 2147483647)::integer);
+    RETURN (SELECT least(CASE WHEN coalesce(retry_delay, 0) <= 0 THEN 0
+                              WHEN coalesce(attempts, 1) <= 1 OR NOT coalesce(backoff_factor, 1) > 1 THEN retry_delay
+                              WHEN (attempts - 1) * ln(least(backoff_factor, 1e300)) > 22 THEN 2147483647
+                              ELSE retry_delay * power(backoff_factor, attempts - 1) END,
+                         greatest(coalesce(max_retry_delay, 2147483647), 0), 2147483647)::integer);
 END;
 $fn$;
 
@@ -5994,7 +6415,11 @@ BEGIN
                 'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
                 'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
                 'time', clock_timestamp())),
-                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(d.headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((d.headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (d.headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((d.headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM d ORDER BY d.msg_id$q$,
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
         USING msg_ids, queue_name, reason, error;
@@ -6067,7 +6492,11 @@ BEGIN
             INSERT INTO pgmq.%2$I (vt, message, headers, priority)
             SELECT clock_timestamp(), message,
                    nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
-                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM moved ORDER BY msg_id$q$,
             v_dlq, pgmq._format_table_name(v_target, 'q'))
         USING target_queue, v_target, v_left;
@@ -6102,7 +6531,11 @@ BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s
     WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
     -- One clock reading: vt = last_read_at marks the message as no longer leased.
-    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-retry-delay')
+                               WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                               WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                       THEN least(greatest((v_headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                          END, v_policy.retry_delay),
                           v_policy.backoff_factor, v_policy.max_retry_delay));
     EXECUTE format(
         $q$UPDATE pgmq.%I
@@ -6111,7 +6544,11 @@ BEGIN
                               ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
            WHERE msg_id = $1$q$, v_qtable)
     USING msg_id, attempts, v_back_at, error;
-    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
+    IF coalesce(attempts > coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, v_policy.max_retries), false) THEN
         PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
     END IF;
 END;
@@ -6168,9 +6605,18 @@ BEGIN
            SET message = $2,
                vt = clock_timestamp() + make_interval(secs => $3),
                headers = CASE
-                   WHEN $4 = 0 OR coalesce((headers->>'x-pgmq-max-retries')::integer, $5) IS NULL THEN headers
+                   WHEN $4 = 0 OR coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5) IS NULL THEN headers
+                   -- saturating: the sum is an integer header that send would accept
                    ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
-                        coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
+                        least(coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5)::bigint + $4, 2147483647)) END
            WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_id, msg, vt, extra_retries, v_max;
@@ -6220,6 +6666,24 @@ CREATE TRIGGER dedup_keys_of_dropped_queues AFTER DELETE ON pgmq.meta
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._forget_dedup_keys();
 
 -- features/delivery/functions/reserve.sql.j2
+-- _confirm_by: the deadline in a reserved message's x-pgmq-confirm-by, or NULL when the header
+-- holds none that reads as a timestamp: a row written around send_reserved (upstream's send with
+-- delay 'infinity' takes any headers) must not make confirm or expire_messages fail. Such a
+-- reservation is neither confirmed nor expired, as one without the header. Called only for rows
+-- with vt = 'infinity' (the subtransaction of the handler is no cost on a hot path).
+CREATE FUNCTION pgmq._confirm_by(headers jsonb)
+RETURNS timestamp with time zone
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (headers->>'x-pgmq-confirm-by')::timestamptz;
+EXCEPTION WHEN data_exception THEN
+    RETURN NULL;
+END;
+$fn$;
+
 -- send_reserved: a message that stays invisible until confirmed (sqlxmq's commit interval).
 -- It waits with vt = infinity, so no read path ever sees it; unconfirmed past confirm_within
 -- seconds it can no longer be confirmed and expire_messages() removes it.
@@ -6250,7 +6714,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
@@ -6258,7 +6726,11 @@ BEGIN
     END IF;
     EXECUTE format(
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+VALUES ('infinity', $1, $2, coalesce(CASE jsonb_typeof($2->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest(($2->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN ($2->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest(($2->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id$q$,
         pgmq._format_table_name(queue_name, 'q'))
     INTO v_id
@@ -6284,7 +6756,7 @@ BEGIN
            SET vt = clock_timestamp(), headers = nullif(headers - 'x-pgmq-confirm-by', '{}'::jsonb)
            WHERE msg_id = ANY($1)
              AND vt = 'infinity'
-             AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
+             AND pgmq._confirm_by(headers) > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_ids;
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -6320,8 +6792,12 @@ BEGIN
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
                 WHERE vt <> 'infinity'
-                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
-                               < clock_timestamp(), false)
+                  AND coalesce(enqueued_at
+                               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                       WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                       WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                               THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                  END, $1)), false)
                 FOR UPDATE SKIP LOCKED) e$q$,
             pgmq._format_table_name(v_queue, 'q'))
         INTO v_ids
@@ -6331,7 +6807,7 @@ BEGIN
         END IF;
         EXECUTE format(
             $q$DELETE FROM pgmq.%I
-               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+               WHERE vt = 'infinity' AND pgmq._confirm_by(headers) <= clock_timestamp()$q$,
             pgmq._format_table_name(v_queue, 'q'));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
@@ -6428,8 +6904,12 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           NULL::text AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $6))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $6)), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
                          AND ($1::bigint IS NULL OR msg_id = $1)
@@ -6463,7 +6943,7 @@ BEGIN
                              AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
                          AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
                        ORDER BY %2$I, msg_id
-                       LIMIT 2 * 1 + 32
+                       LIMIT 2 * 1::bigint + 32
                    ) c
                    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
                    LIMIT 1$q$, v_qtable, v_first)
@@ -6478,8 +6958,12 @@ BEGIN
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                                WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $3)), false) AS expired
                    FROM pgmq.%I
                    WHERE msg_id = $1
                      AND vt <= clock_timestamp()
@@ -6495,10 +6979,14 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
             CONTINUE;
         END IF;
-        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+        IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
             CONTINUE;
         END IF;
@@ -6525,7 +7013,7 @@ BEGIN
     END IF;
     PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
-    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+    RETURN (v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
             v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
@@ -7372,7 +7860,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7436,7 +7924,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7489,12 +7977,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7514,7 +8010,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7524,7 +8020,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7580,12 +8076,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7605,7 +8109,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7615,7 +8119,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7845,7 +8349,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7907,7 +8411,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7958,12 +8462,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7983,7 +8495,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7993,7 +8505,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8047,12 +8559,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8072,7 +8592,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8082,7 +8602,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8312,7 +8832,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8374,7 +8894,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8425,12 +8945,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8450,7 +8978,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8460,7 +8988,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8514,12 +9042,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8539,7 +9075,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8549,7 +9085,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -11866,7 +12402,11 @@ BEGIN
             ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(v_headers);
             END IF;
-            IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-priority')
+             WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+             WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                     THEN least(greatest((v_headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+        END, 0) <> 0 THEN
                 IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                     PERFORM pgmq._note_priorities(send_payload.queue_name);
                 END IF;
@@ -12570,7 +13110,7 @@ BEGIN
         EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
-        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, 'callback', v_error);
         INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
         VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
         ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
@@ -12869,8 +13409,10 @@ BEGIN
     -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
     -- that already counted its rows): never more than the msg_ids between the lowest and highest
     EXECUTE format(
-        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
-                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+        -- (saturated: msg_ids written around send may span more than a bigint; NULL when empty)
+        $q$SELECT (CASE WHEN s.span > 9223372036854775807 THEN 9223372036854775807 ELSE s.span END)::bigint
+           FROM (SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)::numeric
+                      - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1 AS span) s$q$, table_name)
     INTO v_span;
     depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
@@ -12912,8 +13454,10 @@ BEGIN
 
     -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
     EXECUTE format(
-        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
-                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        -- epochs, not timestamps, subtracted: an infinite enqueued_at (a row written around send)
+        -- gives an infinite age rather than an error
+        $q$SELECT (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
         v_qtable)
     INTO v_ages
     USING v_now;

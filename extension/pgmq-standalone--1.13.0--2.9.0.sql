@@ -920,7 +920,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -996,7 +1000,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -1095,7 +1103,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -1168,7 +1180,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
@@ -1228,7 +1244,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1291,7 +1311,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1354,7 +1378,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1417,7 +1445,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1480,7 +1512,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1543,7 +1579,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -2207,7 +2247,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -2246,7 +2290,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
     RETURN v_value;
@@ -2271,7 +2319,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((t.hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (t.hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((t.hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     USING $1, $2, $3;
@@ -2306,7 +2358,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2346,7 +2398,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2389,7 +2441,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2399,8 +2451,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2409,13 +2465,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2424,7 +2488,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2478,7 +2542,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2488,8 +2552,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2498,13 +2566,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2513,7 +2589,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2567,20 +2643,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2621,20 +2705,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2664,8 +2756,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2674,7 +2770,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2711,8 +2807,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2721,7 +2821,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2766,10 +2866,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2808,10 +2912,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2931,7 +3039,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2941,8 +3049,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2951,13 +3063,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3019,7 +3139,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3029,8 +3149,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3039,13 +3163,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3107,7 +3239,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3117,9 +3249,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3160,7 +3300,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -3170,9 +3310,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3202,8 +3350,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3248,8 +3400,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3303,8 +3459,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3344,8 +3504,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3558,7 +3722,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -3567,7 +3735,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3606,7 +3778,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
     RETURN v_value;
@@ -3627,7 +3803,11 @@ $path$;',
     RETURNING k.msg_id
 )
 INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3652,7 +3832,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     USING $1, $2, $3;
@@ -3661,7 +3845,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
-SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
 FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
@@ -3696,7 +3884,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3718,7 +3906,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3758,7 +3946,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3780,7 +3968,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3823,7 +4011,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3833,8 +4021,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3843,13 +4035,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3858,7 +4058,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3894,7 +4094,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -3904,8 +4104,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -3914,13 +4118,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3929,7 +4141,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3983,7 +4195,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3993,8 +4205,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4003,13 +4219,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4018,7 +4242,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4054,7 +4278,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4064,8 +4288,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4074,13 +4302,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4089,7 +4325,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4143,20 +4379,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4179,20 +4423,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4233,20 +4485,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4269,20 +4529,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4312,8 +4580,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4322,7 +4594,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4341,8 +4613,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4351,7 +4627,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4388,8 +4664,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4398,7 +4678,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4417,8 +4697,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4427,7 +4711,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4472,10 +4756,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4496,10 +4784,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4538,10 +4830,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4562,10 +4858,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4727,7 +5027,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4737,8 +5037,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4747,13 +5051,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4797,7 +5109,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4807,8 +5119,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4817,13 +5133,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4885,7 +5209,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4895,8 +5219,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4905,13 +5233,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4955,7 +5291,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4965,8 +5301,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4975,13 +5315,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5043,7 +5391,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -5053,9 +5401,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5078,7 +5434,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -5088,9 +5444,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5131,7 +5495,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -5141,9 +5505,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5166,7 +5538,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -5176,9 +5548,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5208,8 +5588,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5236,8 +5620,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5282,8 +5670,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5310,8 +5702,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5365,8 +5761,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5388,8 +5788,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5429,8 +5833,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5452,8 +5860,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5700,8 +6112,10 @@ BEGIN
     EXECUTE format(
         $q$SELECT $1::text,
                   count(*),
-                  extract(epoch FROM now() - max(enqueued_at))::int,
-                  extract(epoch FROM now() - min(enqueued_at))::int,
+                  CASE WHEN max(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END,
+                  CASE WHEN min(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END,
                   $2::bigint,
                   now(),
                   count(*) FILTER (WHERE vt <= now()),
@@ -5755,7 +6169,7 @@ CREATE TABLE pgmq.queue_settings (
     retry_policy      BOOLEAN NOT NULL DEFAULT false,
     max_retries       INTEGER CHECK (max_retries >= 0),
     retry_delay       INTEGER NOT NULL DEFAULT 0 CHECK (retry_delay >= 0),
-    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1),
+    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1 AND backoff_factor < 'Infinity'),
     max_retry_delay   INTEGER CHECK (max_retry_delay >= 0),
     -- A dropped dead-letter queue falls back to the archive: nothing is lost.
     dead_letter_queue VARCHAR
@@ -5931,7 +6345,11 @@ ORDER BY m.queue_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
 
--- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far).
+-- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far),
+-- saturating at the integer maximum for any arguments (a negative delay is none): the power is
+-- computed only while it stays below e^22 (> 2^31, so every larger one is capped), so that no
+-- count, factor (1e200, Infinity, NaN in a row written around set_retry_policy) or cap
+-- overflows; the cap applies to the result.
 CREATE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -5939,8 +6357,11 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN (SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
-                         coalesce(max_retry_delay, 2147483647), 2147483647)::integer);
+    RETURN (SELECT least(CASE WHEN coalesce(retry_delay, 0) <= 0 THEN 0
+                              WHEN coalesce(attempts, 1) <= 1 OR NOT coalesce(backoff_factor, 1) > 1 THEN retry_delay
+                              WHEN (attempts - 1) * ln(least(backoff_factor, 1e300)) > 22 THEN 2147483647
+                              ELSE retry_delay * power(backoff_factor, attempts - 1) END,
+                         greatest(coalesce(max_retry_delay, 2147483647), 0), 2147483647)::integer);
 END;
 $fn$;
 
@@ -6000,7 +6421,11 @@ BEGIN
                 'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
                 'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
                 'time', clock_timestamp())),
-                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(d.headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((d.headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (d.headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((d.headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM d ORDER BY d.msg_id$q$,
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
         USING msg_ids, queue_name, reason, error;
@@ -6073,7 +6498,11 @@ BEGIN
             INSERT INTO pgmq.%2$I (vt, message, headers, priority)
             SELECT clock_timestamp(), message,
                    nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
-                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM moved ORDER BY msg_id$q$,
             v_dlq, pgmq._format_table_name(v_target, 'q'))
         USING target_queue, v_target, v_left;
@@ -6108,7 +6537,11 @@ BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s
     WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
     -- One clock reading: vt = last_read_at marks the message as no longer leased.
-    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-retry-delay')
+                               WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                               WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                       THEN least(greatest((v_headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                          END, v_policy.retry_delay),
                           v_policy.backoff_factor, v_policy.max_retry_delay));
     EXECUTE format(
         $q$UPDATE pgmq.%I
@@ -6117,7 +6550,11 @@ BEGIN
                               ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
            WHERE msg_id = $1$q$, v_qtable)
     USING msg_id, attempts, v_back_at, error;
-    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
+    IF coalesce(attempts > coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, v_policy.max_retries), false) THEN
         PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
     END IF;
 END;
@@ -6174,9 +6611,18 @@ BEGIN
            SET message = $2,
                vt = clock_timestamp() + make_interval(secs => $3),
                headers = CASE
-                   WHEN $4 = 0 OR coalesce((headers->>'x-pgmq-max-retries')::integer, $5) IS NULL THEN headers
+                   WHEN $4 = 0 OR coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5) IS NULL THEN headers
+                   -- saturating: the sum is an integer header that send would accept
                    ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
-                        coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
+                        least(coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5)::bigint + $4, 2147483647)) END
            WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_id, msg, vt, extra_retries, v_max;
@@ -6226,6 +6672,24 @@ CREATE TRIGGER dedup_keys_of_dropped_queues AFTER DELETE ON pgmq.meta
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._forget_dedup_keys();
 
 -- features/delivery/functions/reserve.sql.j2
+-- _confirm_by: the deadline in a reserved message's x-pgmq-confirm-by, or NULL when the header
+-- holds none that reads as a timestamp: a row written around send_reserved (upstream's send with
+-- delay 'infinity' takes any headers) must not make confirm or expire_messages fail. Such a
+-- reservation is neither confirmed nor expired, as one without the header. Called only for rows
+-- with vt = 'infinity' (the subtransaction of the handler is no cost on a hot path).
+CREATE FUNCTION pgmq._confirm_by(headers jsonb)
+RETURNS timestamp with time zone
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (headers->>'x-pgmq-confirm-by')::timestamptz;
+EXCEPTION WHEN data_exception THEN
+    RETURN NULL;
+END;
+$fn$;
+
 -- send_reserved: a message that stays invisible until confirmed (sqlxmq's commit interval).
 -- It waits with vt = infinity, so no read path ever sees it; unconfirmed past confirm_within
 -- seconds it can no longer be confirmed and expire_messages() removes it.
@@ -6256,7 +6720,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
@@ -6264,7 +6732,11 @@ BEGIN
     END IF;
     EXECUTE format(
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+VALUES ('infinity', $1, $2, coalesce(CASE jsonb_typeof($2->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest(($2->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN ($2->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest(($2->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id$q$,
         pgmq._format_table_name(queue_name, 'q'))
     INTO v_id
@@ -6290,7 +6762,7 @@ BEGIN
            SET vt = clock_timestamp(), headers = nullif(headers - 'x-pgmq-confirm-by', '{}'::jsonb)
            WHERE msg_id = ANY($1)
              AND vt = 'infinity'
-             AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
+             AND pgmq._confirm_by(headers) > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_ids;
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -6326,8 +6798,12 @@ BEGIN
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
                 WHERE vt <> 'infinity'
-                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
-                               < clock_timestamp(), false)
+                  AND coalesce(enqueued_at
+                               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                       WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                       WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                               THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                  END, $1)), false)
                 FOR UPDATE SKIP LOCKED) e$q$,
             pgmq._format_table_name(v_queue, 'q'))
         INTO v_ids
@@ -6337,7 +6813,7 @@ BEGIN
         END IF;
         EXECUTE format(
             $q$DELETE FROM pgmq.%I
-               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+               WHERE vt = 'infinity' AND pgmq._confirm_by(headers) <= clock_timestamp()$q$,
             pgmq._format_table_name(v_queue, 'q'));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
@@ -6434,8 +6910,12 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           NULL::text AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $6))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $6)), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
                          AND ($1::bigint IS NULL OR msg_id = $1)
@@ -6469,7 +6949,7 @@ BEGIN
                              AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
                          AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
                        ORDER BY %2$I, msg_id
-                       LIMIT 2 * 1 + 32
+                       LIMIT 2 * 1::bigint + 32
                    ) c
                    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
                    LIMIT 1$q$, v_qtable, v_first)
@@ -6484,8 +6964,12 @@ BEGIN
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                                WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $3)), false) AS expired
                    FROM pgmq.%I
                    WHERE msg_id = $1
                      AND vt <= clock_timestamp()
@@ -6501,10 +6985,14 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
             CONTINUE;
         END IF;
-        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+        IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
             CONTINUE;
         END IF;
@@ -6531,7 +7019,7 @@ BEGIN
     END IF;
     PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
-    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+    RETURN (v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
             v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
@@ -7378,7 +7866,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7442,7 +7930,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7495,12 +7983,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7520,7 +8016,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7530,7 +8026,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7586,12 +8082,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7611,7 +8115,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7621,7 +8125,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7851,7 +8355,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7913,7 +8417,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7964,12 +8468,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7989,7 +8501,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7999,7 +8511,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8053,12 +8565,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8078,7 +8598,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8088,7 +8608,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8318,7 +8838,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8380,7 +8900,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8431,12 +8951,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8456,7 +8984,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8466,7 +8994,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8520,12 +9048,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8545,7 +9081,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8555,7 +9091,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -11861,7 +12397,11 @@ BEGIN
             ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(v_headers);
             END IF;
-            IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-priority')
+             WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+             WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                     THEN least(greatest((v_headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+        END, 0) <> 0 THEN
                 IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                     PERFORM pgmq._note_priorities(send_payload.queue_name);
                 END IF;
@@ -12563,7 +13103,7 @@ BEGIN
         EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
-        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, 'callback', v_error);
         INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
         VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
         ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
@@ -12862,8 +13402,10 @@ BEGIN
     -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
     -- that already counted its rows): never more than the msg_ids between the lowest and highest
     EXECUTE format(
-        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
-                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+        -- (saturated: msg_ids written around send may span more than a bigint; NULL when empty)
+        $q$SELECT (CASE WHEN s.span > 9223372036854775807 THEN 9223372036854775807 ELSE s.span END)::bigint
+           FROM (SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)::numeric
+                      - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1 AS span) s$q$, table_name)
     INTO v_span;
     depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
@@ -12905,8 +13447,10 @@ BEGIN
 
     -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
     EXECUTE format(
-        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
-                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        -- epochs, not timestamps, subtracted: an infinite enqueued_at (a row written around send)
+        -- gives an infinite age rather than an error
+        $q$SELECT (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
         v_qtable)
     INTO v_ages
     USING v_now;

@@ -724,7 +724,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -800,7 +804,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -899,7 +907,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send.queue_name);
             END IF;
@@ -972,7 +984,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(_send_batch.queue_name);
                         END IF;
@@ -1032,7 +1048,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1095,7 +1115,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1158,7 +1182,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1221,7 +1249,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1284,7 +1316,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -1347,7 +1383,11 @@ BEGIN
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                         PERFORM pgmq._check_headers(v_hdr);
                     END IF;
-                    IF coalesce((v_hdr->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
                         IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                             PERFORM pgmq._note_priorities(send_batch.queue_name);
                         END IF;
@@ -2011,7 +2051,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -2050,7 +2094,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
     RETURN v_value;
@@ -2075,7 +2123,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>'x-pgmq-priority')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((t.hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (t.hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((t.hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
     USING $1, $2, $3;
@@ -2110,7 +2162,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2150,7 +2202,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2193,7 +2245,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2203,8 +2255,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2213,13 +2269,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2228,7 +2292,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2282,7 +2346,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2292,8 +2356,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2302,13 +2370,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2317,7 +2393,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2371,20 +2447,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2425,20 +2509,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2468,8 +2560,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2478,7 +2574,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2515,8 +2611,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -2525,7 +2625,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -2570,10 +2670,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2612,10 +2716,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2735,7 +2843,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2745,8 +2853,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2755,13 +2867,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2823,7 +2943,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2833,8 +2953,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                     WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -2843,13 +2967,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>'x-pgmq-max-retries')::integer, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>'x-pgmq-retry-delay')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = 'rollback' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2911,7 +3043,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2921,9 +3053,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -2964,7 +3104,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
         LIMIT $1
@@ -2974,9 +3114,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = '0'::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3006,8 +3154,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3052,8 +3204,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -3107,8 +3263,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3148,8 +3308,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3362,7 +3526,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     INTO v_value USING $1, $2, $3;
     RETURN v_value;
@@ -3371,7 +3539,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3410,7 +3582,11 @@ BEGIN
         RETURNING k.msg_id
     )
     INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
     INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
     RETURN v_value;
@@ -3431,7 +3607,11 @@ $path$;',
     RETURNING k.msg_id
 )
 INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
-SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
@@ -3456,7 +3636,11 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($4);
     END IF;
     RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
     FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
     RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
     USING $1, $2, $3;
@@ -3465,7 +3649,11 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
-SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
 FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
@@ -3500,7 +3688,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3522,7 +3710,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3562,7 +3750,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3584,7 +3772,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3627,7 +3815,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3637,8 +3825,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3647,13 +3839,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3662,7 +3862,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3698,7 +3898,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -3708,8 +3908,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -3718,13 +3922,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3733,7 +3945,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3787,7 +3999,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -3797,8 +4009,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -3807,13 +4023,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3822,7 +4046,7 @@ BEGIN
           AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -3858,7 +4082,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -3868,8 +4092,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -3878,13 +4106,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3893,7 +4129,7 @@ $path$;',
       AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -3947,20 +4183,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3983,20 +4227,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4037,20 +4289,28 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4073,20 +4333,28 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4116,8 +4384,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4126,7 +4398,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4145,8 +4417,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4155,7 +4431,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4192,8 +4468,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
           AND NOT coalesce(last_read_at = $4, false)
@@ -4202,7 +4482,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
@@ -4221,8 +4501,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
       AND NOT coalesce(last_read_at = $4, false)
@@ -4231,7 +4515,7 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
@@ -4276,10 +4560,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4300,10 +4588,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4342,10 +4634,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), done AS (
         UPDATE pgmq.%1$I q
-        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4366,10 +4662,14 @@ $path$;',
     FOR UPDATE SKIP LOCKED
 ), done AS (
     UPDATE pgmq.%1$I q
-    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4531,7 +4831,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4541,8 +4841,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4551,13 +4855,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4601,7 +4913,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4611,8 +4923,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4621,13 +4937,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4689,7 +5013,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4699,8 +5023,12 @@ BEGIN
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                     WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                     WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                        < clock_timestamp(), false) AS expired
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
           AND vt <= clock_timestamp()
@@ -4709,13 +5037,21 @@ BEGIN
     ), judged AS (
         SELECT p.msg_id, p.failed, j.attempts,
                CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
                -- only a row to settle comes back later (the delay is a function call: not per delivered row)
                CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                              END, $8),
                               $9, $10)) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4759,7 +5095,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4769,8 +5105,12 @@ $path$;',
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
                 WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
                 WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
-           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                    < clock_timestamp(), false) AS expired
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
       AND vt <= clock_timestamp()
@@ -4779,13 +5119,21 @@ $path$;',
 ), judged AS (
     SELECT p.msg_id, p.failed, j.attempts,
            CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
            -- only a row to settle comes back later (the delay is a function call: not per delivered row)
            CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                          END, $8),
                           $9, $10)) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4847,7 +5195,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4857,9 +5205,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4882,7 +5238,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4892,9 +5248,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4935,7 +5299,7 @@ BEGIN
               AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
               AND NOT coalesce(last_read_at = $4, false)
             ORDER BY priority, msg_id
-            LIMIT 2 * $1 + 32
+            LIMIT 2 * $1::bigint + 32
         ) c
         WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
         LIMIT $1
@@ -4945,9 +5309,17 @@ BEGIN
           AND q.vt <= clock_timestamp()
           AND q.xmax = ''0''::xid
           AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                   < clock_timestamp(), false)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -4970,7 +5342,7 @@ $path$;',
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
           AND NOT coalesce(last_read_at = $4, false)
         ORDER BY priority, msg_id
-        LIMIT 2 * $1 + 32
+        LIMIT 2 * $1::bigint + 32
     ) c
     WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
     LIMIT $1
@@ -4980,9 +5352,17 @@ $path$;',
       AND q.vt <= clock_timestamp()
       AND q.xmax = ''0''::xid
       AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
-      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-               < clock_timestamp(), false)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5012,8 +5392,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5040,8 +5424,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5086,8 +5474,12 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($6);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH picked AS (
-        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                                < clock_timestamp(), false) AS expired
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
         FROM pgmq.%1$I
         WHERE vt <= clock_timestamp()
           AND NOT coalesce(last_read_at = $4, false)
@@ -5114,8 +5506,12 @@ END;
 $path$;',
         '/*@tree@*/', pgmq._static_path_tree(v_names,
             ARRAY(SELECT format('RETURN QUERY WITH picked AS (
-    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
-                            < clock_timestamp(), false) AS expired
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
       AND NOT coalesce(last_read_at = $4, false)
@@ -5169,8 +5565,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5192,8 +5592,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5233,8 +5637,12 @@ BEGIN
     ), done AS (
         DELETE FROM pgmq.%1$I q
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                           < clock_timestamp(), false)
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5256,8 +5664,12 @@ $path$;',
 ), done AS (
     DELETE FROM pgmq.%1$I q
     WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
-      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
-                       < clock_timestamp(), false)
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
 )
 SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -5504,8 +5916,10 @@ BEGIN
     EXECUTE format(
         $q$SELECT $1::text,
                   count(*),
-                  extract(epoch FROM now() - max(enqueued_at))::int,
-                  extract(epoch FROM now() - min(enqueued_at))::int,
+                  CASE WHEN max(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END,
+                  CASE WHEN min(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END,
                   $2::bigint,
                   now(),
                   count(*) FILTER (WHERE vt <= now()),
@@ -5559,7 +5973,7 @@ CREATE TABLE pgmq.queue_settings (
     retry_policy      BOOLEAN NOT NULL DEFAULT false,
     max_retries       INTEGER CHECK (max_retries >= 0),
     retry_delay       INTEGER NOT NULL DEFAULT 0 CHECK (retry_delay >= 0),
-    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1),
+    backoff_factor    DOUBLE PRECISION NOT NULL DEFAULT 1 CHECK (backoff_factor >= 1 AND backoff_factor < 'Infinity'),
     max_retry_delay   INTEGER CHECK (max_retry_delay >= 0),
     -- A dropped dead-letter queue falls back to the archive: nothing is lost.
     dead_letter_queue VARCHAR
@@ -5735,7 +6149,11 @@ ORDER BY m.queue_name
 $fn$;
 COMMENT ON FUNCTION pgmq.list_queue_settings() IS 'Delivery settings of every queue.';
 
--- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far).
+-- _retry_delay: seconds to wait before attempt attempts+1 (attempts >= 1 failures so far),
+-- saturating at the integer maximum for any arguments (a negative delay is none): the power is
+-- computed only while it stays below e^22 (> 2^31, so every larger one is capped), so that no
+-- count, factor (1e200, Infinity, NaN in a row written around set_retry_policy) or cap
+-- overflows; the cap applies to the result.
 CREATE FUNCTION pgmq._retry_delay(attempts integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -5743,8 +6161,11 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN (SELECT least(coalesce(retry_delay, 0) * power(coalesce(backoff_factor, 1), greatest(attempts, 1) - 1),
-                         coalesce(max_retry_delay, 2147483647), 2147483647)::integer);
+    RETURN (SELECT least(CASE WHEN coalesce(retry_delay, 0) <= 0 THEN 0
+                              WHEN coalesce(attempts, 1) <= 1 OR NOT coalesce(backoff_factor, 1) > 1 THEN retry_delay
+                              WHEN (attempts - 1) * ln(least(backoff_factor, 1e300)) > 22 THEN 2147483647
+                              ELSE retry_delay * power(backoff_factor, attempts - 1) END,
+                         greatest(coalesce(max_retry_delay, 2147483647), 0), 2147483647)::integer);
 END;
 $fn$;
 
@@ -5804,7 +6225,11 @@ BEGIN
                 'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
                 'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
                 'time', clock_timestamp())),
-                   coalesce((d.headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(d.headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((d.headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (d.headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((d.headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM d ORDER BY d.msg_id$q$,
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
         USING msg_ids, queue_name, reason, error;
@@ -5877,7 +6302,11 @@ BEGIN
             INSERT INTO pgmq.%2$I (vt, message, headers, priority)
             SELECT clock_timestamp(), message,
                    nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb),
-                   coalesce((headers->>'x-pgmq-priority')::integer, 0)
+                   coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
             FROM moved ORDER BY msg_id$q$,
             v_dlq, pgmq._format_table_name(v_target, 'q'))
         USING target_queue, v_target, v_left;
@@ -5912,7 +6341,11 @@ BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s
     WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
     -- One clock reading: vt = last_read_at marks the message as no longer leased.
-    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce((v_headers->>'x-pgmq-retry-delay')::integer, v_policy.retry_delay),
+    v_back_at := clock_timestamp() + make_interval(secs => pgmq._retry_delay(attempts, coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-retry-delay')
+                               WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                               WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                       THEN least(greatest((v_headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                          END, v_policy.retry_delay),
                           v_policy.backoff_factor, v_policy.max_retry_delay));
     EXECUTE format(
         $q$UPDATE pgmq.%I
@@ -5921,7 +6354,11 @@ BEGIN
                               ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text) END
            WHERE msg_id = $1$q$, v_qtable)
     USING msg_id, attempts, v_back_at, error;
-    IF coalesce(attempts >= 1 + coalesce((v_headers->>'x-pgmq-max-retries')::integer, v_policy.max_retries), false) THEN
+    IF coalesce(attempts > coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, v_policy.max_retries), false) THEN
         PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
     END IF;
 END;
@@ -5978,9 +6415,18 @@ BEGIN
            SET message = $2,
                vt = clock_timestamp() + make_interval(secs => $3),
                headers = CASE
-                   WHEN $4 = 0 OR coalesce((headers->>'x-pgmq-max-retries')::integer, $5) IS NULL THEN headers
+                   WHEN $4 = 0 OR coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5) IS NULL THEN headers
+                   -- saturating: the sum is an integer header that send would accept
                    ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
-                        coalesce((headers->>'x-pgmq-max-retries')::integer, $5) + $4) END
+                        least(coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5)::bigint + $4, 2147483647)) END
            WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_id, msg, vt, extra_retries, v_max;
@@ -6030,6 +6476,24 @@ CREATE TRIGGER dedup_keys_of_dropped_queues AFTER DELETE ON pgmq.meta
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pgmq._forget_dedup_keys();
 
 -- features/delivery/functions/reserve.sql.j2
+-- _confirm_by: the deadline in a reserved message's x-pgmq-confirm-by, or NULL when the header
+-- holds none that reads as a timestamp: a row written around send_reserved (upstream's send with
+-- delay 'infinity' takes any headers) must not make confirm or expire_messages fail. Such a
+-- reservation is neither confirmed nor expired, as one without the header. Called only for rows
+-- with vt = 'infinity' (the subtransaction of the handler is no cost on a hot path).
+CREATE FUNCTION pgmq._confirm_by(headers jsonb)
+RETURNS timestamp with time zone
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (headers->>'x-pgmq-confirm-by')::timestamptz;
+EXCEPTION WHEN data_exception THEN
+    RETURN NULL;
+END;
+$fn$;
+
 -- send_reserved: a message that stays invisible until confirmed (sqlxmq's commit interval).
 -- It waits with vt = infinity, so no read path ever sees it; unconfirmed past confirm_within
 -- seconds it can no longer be confirmed and expire_messages() removes it.
@@ -6060,7 +6524,11 @@ BEGIN
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
             PERFORM pgmq._check_headers(headers);
         END IF;
-        IF coalesce((headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
             IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                 PERFORM pgmq._note_priorities(send_reserved.queue_name);
             END IF;
@@ -6068,7 +6536,11 @@ BEGIN
     END IF;
     EXECUTE format(
         $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
-VALUES ('infinity', $1, $2, coalesce(($2->>'x-pgmq-priority')::integer, 0))
+VALUES ('infinity', $1, $2, coalesce(CASE jsonb_typeof($2->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest(($2->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN ($2->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest(($2->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
 RETURNING msg_id$q$,
         pgmq._format_table_name(queue_name, 'q'))
     INTO v_id
@@ -6094,7 +6566,7 @@ BEGIN
            SET vt = clock_timestamp(), headers = nullif(headers - 'x-pgmq-confirm-by', '{}'::jsonb)
            WHERE msg_id = ANY($1)
              AND vt = 'infinity'
-             AND (headers->>'x-pgmq-confirm-by')::timestamptz > clock_timestamp()$q$,
+             AND pgmq._confirm_by(headers) > clock_timestamp()$q$,
         pgmq._format_table_name(queue_name, 'q'))
     USING msg_ids;
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -6130,8 +6602,12 @@ BEGIN
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
                 WHERE vt <> 'infinity'
-                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
-                               < clock_timestamp(), false)
+                  AND coalesce(enqueued_at
+                               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                       WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                       WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                               THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                  END, $1)), false)
                 FOR UPDATE SKIP LOCKED) e$q$,
             pgmq._format_table_name(v_queue, 'q'))
         INTO v_ids
@@ -6141,7 +6617,7 @@ BEGIN
         END IF;
         EXECUTE format(
             $q$DELETE FROM pgmq.%I
-               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+               WHERE vt = 'infinity' AND pgmq._confirm_by(headers) <= clock_timestamp()$q$,
             pgmq._format_table_name(v_queue, 'q'));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
@@ -6238,8 +6714,12 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           NULL::text AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $6))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $6)), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
                          AND ($1::bigint IS NULL OR msg_id = $1)
@@ -6273,7 +6753,7 @@ BEGIN
                              AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
                          AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
                        ORDER BY %2$I, msg_id
-                       LIMIT 2 * 1 + 32
+                       LIMIT 2 * 1::bigint + 32
                    ) c
                    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
                    LIMIT 1$q$, v_qtable, v_first)
@@ -6288,8 +6768,12 @@ BEGIN
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
                                WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
-                          coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $3))
-                                   < clock_timestamp(), false) AS expired
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                      END, $3)), false) AS expired
                    FROM pgmq.%I
                    WHERE msg_id = $1
                      AND vt <= clock_timestamp()
@@ -6305,10 +6789,14 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, v_row.read_ct + CASE WHEN v_row.failed = 'rollback' THEN 1 ELSE 0 END, v_row.failed);
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
             CONTINUE;
         END IF;
-        IF coalesce(v_row.read_ct >= 1 + coalesce((v_row.headers->>'x-pgmq-max-retries')::integer, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+        IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
             PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
             CONTINUE;
         END IF;
@@ -6335,7 +6823,7 @@ BEGIN
     END IF;
     PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
     -- One row constructor rather than field assignments, which pgspot's parser cannot resolve.
-    RETURN (v_msg.msg_id, v_msg.read_ct + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
+    RETURN (v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, v_msg.enqueued_at, clock_timestamp(), v_msg.vt,
             v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
@@ -7182,7 +7670,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7246,7 +7734,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7299,12 +7787,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7324,7 +7820,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7334,7 +7830,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7390,12 +7886,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7415,7 +7919,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7425,7 +7929,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7655,7 +8159,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7717,7 +8221,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7768,12 +8272,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7793,7 +8305,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7803,7 +8315,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -7857,12 +8369,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -7882,7 +8402,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -7892,7 +8412,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8122,7 +8642,7 @@ BEGIN
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8184,7 +8704,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8235,12 +8755,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8260,7 +8788,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8270,7 +8798,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8324,12 +8852,20 @@ $q$,
                     SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
                 ), locked AS MATERIALIZED (
                     SELECT q.msg_id,
-                           CASE WHEN coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>'x-pgmq-ttl')::integer, $9))
-                                              < clock_timestamp(), false) THEN 'ttl'
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
                                                    WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
                                                    WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
-                                              CASE WHEN coalesce(q.read_ct >= 1 + coalesce((q.headers->>'x-pgmq-max-retries')::integer, $7), false) THEN 'expired' END) END AS failed,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
                            q.read_ct
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
@@ -8349,7 +8885,7 @@ $q$,
                 ), leased AS (
                     UPDATE pgmq.%1$I q
                     SET vt = $3 + $5,
-                        read_ct = q.read_ct + 1,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
                         last_read_at = $3
                     WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
                     RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
@@ -8359,7 +8895,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       locked.read_ct + CASE WHEN locked.failed = 'rollback' THEN 1 ELSE 0 END, NULL
+                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -11673,7 +12209,11 @@ BEGIN
             ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(v_headers);
             END IF;
-            IF coalesce((v_headers->>'x-pgmq-priority')::integer, 0) <> 0 THEN
+            IF coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-priority')
+             WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+             WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                     THEN least(greatest((v_headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+        END, 0) <> 0 THEN
                 IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
                     PERFORM pgmq._note_priorities(send_payload.queue_name);
                 END IF;
@@ -12375,7 +12915,7 @@ BEGIN
         EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
-        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, v_msg.read_ct + 1, 'callback', v_error);
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, 'callback', v_error);
         INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
         VALUES (_dispatch_one.queue_name, pg_backend_pid() % 16, 1)
         ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed + 1;
@@ -12674,8 +13214,10 @@ BEGIN
     -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
     -- that already counted its rows): never more than the msg_ids between the lowest and highest
     EXECUTE format(
-        $q$SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)
-                - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1$q$, table_name)
+        -- (saturated: msg_ids written around send may span more than a bigint; NULL when empty)
+        $q$SELECT (CASE WHEN s.span > 9223372036854775807 THEN 9223372036854775807 ELSE s.span END)::bigint
+           FROM (SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)::numeric
+                      - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1 AS span) s$q$, table_name)
     INTO v_span;
     depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
@@ -12717,8 +13259,10 @@ BEGIN
 
     -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
     EXECUTE format(
-        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
-                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        -- epochs, not timestamps, subtracted: an infinite enqueued_at (a row written around send)
+        -- gives an infinite age rather than an error
+        $q$SELECT (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
         v_qtable)
     INTO v_ages
     USING v_now;

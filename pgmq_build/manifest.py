@@ -416,7 +416,7 @@ ROUTINES = policies(
            definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
            "check per-message limits) without the right to change its settings"),
     "_retry_delay", "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
-    "_dedup_msg_id", "send_reserved", "confirm", "expire_messages",
+    "_dedup_msg_id", "_confirm_by", "send_reserved", "confirm", "expire_messages",
     Policy("_forget_dedup_keys",
            definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
            "rows its statement deleted, which row security would hide once the queue's table is gone"),
