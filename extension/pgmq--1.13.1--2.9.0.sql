@@ -2441,8 +2441,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -2455,23 +2456,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2542,8 +2547,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -2556,23 +2562,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3039,8 +3049,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -3053,23 +3064,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3139,8 +3154,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -3153,23 +3169,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4011,8 +4031,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -4025,23 +4046,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4094,8 +4119,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -4108,23 +4134,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4195,8 +4225,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -4209,23 +4240,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4278,8 +4313,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -4292,23 +4328,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5027,8 +5067,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5041,23 +5082,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5109,8 +5154,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5123,23 +5169,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5209,8 +5259,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5223,23 +5274,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -5291,8 +5346,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5305,23 +5361,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -6956,8 +7016,8 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
                           coalesce(enqueued_at
                                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -7983,9 +8043,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -8028,7 +8099,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -8082,9 +8153,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -8127,7 +8209,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -8468,9 +8550,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -8513,7 +8606,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -8565,9 +8658,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -8610,7 +8714,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -8951,9 +9055,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -8996,7 +9111,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -9048,9 +9163,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -9093,7 +9219,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;

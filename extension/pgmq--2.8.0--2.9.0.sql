@@ -900,8 +900,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -914,23 +915,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -999,8 +1004,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1013,23 +1019,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -1404,8 +1414,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1418,23 +1429,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -1502,8 +1517,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1516,23 +1532,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2199,8 +2219,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2213,23 +2234,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2282,8 +2307,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2296,23 +2322,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2383,8 +2413,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2397,23 +2428,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2466,8 +2501,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2480,23 +2516,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3215,8 +3255,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3229,23 +3270,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3297,8 +3342,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3311,23 +3357,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3397,8 +3447,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3411,23 +3462,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3479,8 +3534,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3493,23 +3549,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4746,8 +4806,8 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
                           coalesce(enqueued_at
                                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -5119,9 +5179,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5164,7 +5235,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5218,9 +5289,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5263,7 +5345,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5575,9 +5657,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5620,7 +5713,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5672,9 +5765,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5717,7 +5821,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -6029,9 +6133,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -6074,7 +6189,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -6126,9 +6241,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -6171,7 +6297,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;

@@ -928,8 +928,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -942,23 +943,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -1027,8 +1032,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1041,23 +1047,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -1432,8 +1442,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1446,23 +1457,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -1530,8 +1545,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                 WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -1544,23 +1560,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN 'ttl'
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                           THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
-                                   WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                           THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2227,8 +2247,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2241,23 +2262,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2310,8 +2335,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2324,23 +2350,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2411,8 +2441,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2425,23 +2456,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -2494,8 +2529,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -2508,23 +2544,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3243,8 +3283,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3257,23 +3298,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3325,8 +3370,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3339,23 +3385,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3425,8 +3475,9 @@ BEGIN
         -- then each claimed row is judged and locked
         SELECT msg_id, priority, read_ct, headers,
                CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
                coalesce(enqueued_at
                         < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                 WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3439,23 +3490,27 @@ BEGIN
           AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
         FOR UPDATE SKIP LOCKED
     ), judged AS (
-        SELECT p.msg_id, p.failed, j.attempts,
-               CASE WHEN p.expired THEN ''ttl''
-                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                           THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
              END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-               CASE WHEN p.failed IS NOT NULL
-                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                                   WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                                   WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                           THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                              END, $8),
-                              $9, $10)) END AS back_at
-        FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
     ), settled AS (
         UPDATE pgmq.%1$I q
         SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -3507,8 +3562,9 @@ $path$;',
     -- then each claimed row is judged and locked
     SELECT msg_id, priority, read_ct, headers,
            CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
-                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
-                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
            coalesce(enqueued_at
                     < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                             WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -3521,23 +3577,27 @@ $path$;',
       AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
     FOR UPDATE SKIP LOCKED
 ), judged AS (
-    SELECT p.msg_id, p.failed, j.attempts,
-           CASE WHEN p.expired THEN ''ttl''
-                WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
                                       THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
          END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
-           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
-           CASE WHEN p.failed IS NOT NULL
-                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
-                               WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
-                               WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
-                                                       THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
-                          END, $8),
-                          $9, $10)) END AS back_at
-    FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
 ), settled AS (
     UPDATE pgmq.%1$I q
     SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
@@ -4774,8 +4834,8 @@ BEGIN
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired'
-                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback' END AS failed,
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
                           coalesce(enqueued_at
                                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
                                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
@@ -5147,9 +5207,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5192,7 +5263,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5246,9 +5317,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5291,7 +5373,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5603,9 +5685,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5648,7 +5741,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -5700,9 +5793,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -5745,7 +5849,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -6057,9 +6161,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -6102,7 +6217,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
@@ -6154,9 +6269,20 @@ $q$,
                                                                                                       WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
                                                                                                                               THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
                                                                                                  END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
                                 ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
-                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired'
-                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback' END,
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
                                               CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
                               WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
@@ -6199,7 +6325,7 @@ $q$,
                 v_qtable)
             USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
                   coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
-                  v_s.message_ttl
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;

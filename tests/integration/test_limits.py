@@ -1,5 +1,6 @@
-"""Limits (README "Retry policy"; issue 30 items 1, 2 and 3): no value a message, a header, a
-row written around our functions or a setting may carry makes a later statement fail.
+"""Limits (README "Retry policy"; issue 30 items 1, 2, 3 and 7): no value a message, a header,
+a row written around our functions or a setting may carry makes a later statement fail, and a
+read hands out a message whose lease ran out in the same call when no retry delay applies.
 
 Integer and float arithmetic on stored values saturates where it is used; the settings
 routines refuse what they cannot store with 22023 and change nothing. The sweeps write each
@@ -219,6 +220,85 @@ def test_qty_at_the_integer_maximum(conn, kind, reader):
     if reader != "pop":  # and pop, with the leases still running
         more = column(conn, "SELECT * FROM pgmq.send_batch('jobs', ARRAY['{}', '{}']::jsonb[])")
         assert sorted(column(conn, "SELECT msg_id FROM pgmq.pop('jobs', %s)", (INT_MAX,))) == more
+
+
+# ----------------------------------------------------------------------------- item 7
+
+LAPSED_READERS = sorted(READERS)
+
+
+@pytest.mark.parametrize("reader", LAPSED_READERS)
+@pytest.mark.parametrize("rules", ["retry policy", "message limits"])
+def test_a_lease_that_ran_out_is_handed_out_by_the_read_that_meets_it(conn, reader, rules):
+    """With no retry delay the message is visible again as soon as its lease runs out: the read
+    that meets it hands it out (2.8.0 settled it and returned nothing; the next read got it)."""
+    make_queue(conn)
+    if rules == "retry policy":
+        conn.execute("SELECT pgmq.set_retry_policy('jobs', 5, 0)")
+        headers = None
+    else:
+        headers = Jsonb({"x-pgmq-max-retries": 5})
+    msg_id = scalar(conn, "SELECT pgmq.send('jobs', '{}', %s::jsonb)", (headers,))
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == [msg_id]
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))  # the lease runs out
+    assert conn.execute(READERS[reader], (1,)).fetchall() == [(msg_id, 1 if reader == "pop" else 2)]
+
+
+@pytest.mark.parametrize("vt", [0, 30])
+def test_a_read_hands_out_a_message_whose_lease_ran_out_once(conn, vt):
+    make_queue(conn)
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 5, 0)")
+    sent = column(conn, "SELECT * FROM pgmq.send_batch('jobs', ARRAY['{}', '{}', '{}']::jsonb[])")
+    conn.execute("SELECT * FROM pgmq.read('jobs', 30, 2)")
+    conn.execute("SELECT pgmq.set_vt('jobs', %s::bigint[], 0)", (sent[:2],))
+    got = column(conn, "SELECT msg_id FROM pgmq.read('jobs', %s, 10)", (vt,))
+    assert sorted(got) == sent
+    assert column(conn, "SELECT read_ct FROM pgmq.q_jobs ORDER BY msg_id") == [2, 2, 1]
+
+
+def test_with_a_retry_delay_a_lease_that_ran_out_waits_for_it(conn):
+    make_queue(conn)
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 5, 60)")
+    msg_id = scalar(conn, "SELECT pgmq.send('jobs', '{}')")
+    conn.execute("SELECT * FROM pgmq.read('jobs', 30, 1)")
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == []
+    assert scalar(conn, "SELECT round(extract(epoch FROM vt - clock_timestamp())) FROM pgmq.q_jobs") == 60
+
+
+def test_a_lease_that_ran_out_with_no_delivery_left_is_dead_lettered(conn):
+    make_queue(conn)
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 1, 0, 1, NULL, 'dlq')")
+    msg_id = scalar(conn, "SELECT pgmq.send('jobs', '{}')")
+    for expected in ([(msg_id, 1)], [(msg_id, 2)], []):
+        assert conn.execute("SELECT msg_id, read_ct FROM pgmq.read('jobs', 30, 1)").fetchall() == expected
+        conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    record = scalar(conn, "SELECT headers->'x-pgmq-dead-letter' FROM pgmq.q_dlq")
+    assert (record["reason"], record["attempts"]) == ("expired", 2)
+
+
+def test_rolled_back_takes_of_a_lease_that_ran_out_are_counted(conn):
+    """A take of a lease that ran out, handed out in the same call and then rolled back, leaves
+    an aborted xmax on the lease: counted as a lost delivery, so a consumer whose transactions
+    keep rolling back gets the message exactly 1 + max_retries times."""
+    max_retries = 2
+    make_queue(conn)
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', %s, 0, 1, NULL, 'dlq')", (max_retries,))
+    msg_id = scalar(conn, "SELECT pgmq.send('jobs', '{}')")
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == [msg_id]  # delivery 1
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    delivered = 1
+    for _ in range(20):
+        with conn.transaction() as tx:
+            got = column(conn, "SELECT msg_id FROM pgmq.pop('jobs')")
+            if got:
+                raise psycopg.Rollback(tx)
+        delivered += bool(got)
+        if scalar(conn, "SELECT count(*) FROM pgmq.q_jobs") == 0:
+            break
+    assert delivered == 1 + max_retries
+    record = scalar(conn, "SELECT headers->'x-pgmq-dead-letter' FROM pgmq.q_dlq")
+    assert (record["reason"], record["attempts"]) == ("rollback", 1 + max_retries)
 
 
 # ----------------------------------------------------------------------------- sweeps
