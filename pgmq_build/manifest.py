@@ -423,7 +423,7 @@ ROUTINES = policies(
            definer_reason="the row security of dead_letter_origins asks whether this transaction wrote a dead "
            "letter that the recorder, a sender, may not read; it answers only about the caller's own rows"),
     "_dead_letter", "redrive", "_record_failure", "nack", "checkpoint",
-    "_dedup_msg_id", "send_reserved", "confirm", "expire_messages",
+    "_dedup_msg_id", "_confirm_by", "send_reserved", "confirm", "expire_messages",
     Policy("_forget_dedup_keys",
            definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
            "rows its statement deleted, which row security would hide once the queue's table is gone"),

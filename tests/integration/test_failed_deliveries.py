@@ -1,8 +1,8 @@
 """The delivery contract on every consuming path (README "Retry policies"): on a queue with a
 retry policy a delivery lost to a rollback, a rolled-back savepoint or a terminated backend is
-counted once, whichever function took it and whichever function next meets the message; an
-acknowledgement rolled back inside its lease is not a second failure. Queues without a policy
-keep upstream's behaviour."""
+counted once, whichever function took it and whichever function next meets the message, a
+take of a lease that ran out included; an acknowledgement rolled back inside its lease counts
+as a failed delivery too (the same trace). Queues without a policy keep upstream's behaviour."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.helpers import column, scalar
+from tests.helpers import column, scalar, wait_for
 
 MAX_RETRIES = 2
 
@@ -106,25 +106,28 @@ def test_retry_delay_applies_to_a_lost_delivery(policy_queue):
     assert scalar(conn, "SELECT vt = last_read_at FROM pgmq.q_jobs") is True
 
 
-def test_an_ack_rolled_back_inside_its_lease_is_not_a_second_failure(policy_queue):
+def test_an_ack_rolled_back_inside_its_lease_counts_as_a_failed_delivery(policy_queue):
+    """Its trace, an aborted xmax on the lease, is what a take of the lease that ran out,
+    rolled back, leaves (such a take comes in the same call when no retry delay applies)."""
     conn = policy_queue
-    msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 1, 1)")[0]
+    msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)")[0]
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, clock_timestamp() + interval '0.2 s')", (msg_id,))
     for ack in ("SELECT pgmq.delete('jobs', %s::bigint)", "SELECT pgmq.archive('jobs', %s::bigint)"):
         with conn.transaction(force_rollback=True):
             assert scalar(conn, ack, (msg_id,)) is True
-    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))  # the lease runs out
-    # the expired lease is settled (one failure: the lease), then handed out again
+    # the lease runs out, its row still carrying the rolled-back ack (a set_vt would replace it)
+    wait_for(lambda: scalar(conn, "SELECT vt <= clock_timestamp() FROM pgmq.q_jobs"), what="the lease to run out")
+    # settled as a lost delivery (the second), then handed out again: the third
     assert take(conn, "read") is None
-    assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [2]
+    assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [3]
 
 
 def test_a_rolled_back_take_of_an_expired_lease_counts(policy_queue):
     conn = policy_queue
     msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)")[0]
-    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
-    assert take(conn, "pop") is None  # the expired lease is settled first
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))  # the lease runs out
     with conn.transaction(force_rollback=True):
-        assert take(conn, "pop") == msg_id  # a second delivery, lost
+        assert take(conn, "pop") == msg_id  # handed out at once (no retry delay): a second delivery, lost
     assert take(conn, "read") is None  # counted
     assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [3]  # the third
     conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
