@@ -123,10 +123,15 @@ def test_nack_retries_with_backoff_then_dead_letters(with_dlq):
     assert (record["reason"], record["attempts"], record["last_error"]) == ("nack", 3, "final")
 
 
-def test_nack_without_policy_makes_visible_at_once(conn, queue):
+def test_nack_without_policy_brings_the_message_back_after_a_second(conn, queue):
     msg_id = send(conn, "jobs", {})
     conn.execute("SELECT * FROM pgmq.read('jobs', 300, 1)")
     assert scalar(conn, "SELECT pgmq.nack('jobs', %s)", (msg_id,)) is True
+    # not at once: a handler that keeps failing would get it again on every poll
+    assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == []
+    delay = scalar(conn, "SELECT extract(epoch FROM vt - now()) FROM pgmq.q_jobs WHERE msg_id = %s", (msg_id,))
+    assert 0 < delay <= 1
+    conn.execute("UPDATE pgmq.q_jobs SET vt = now()")
     assert column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)") == [msg_id]
     assert scalar(conn, "SELECT pgmq.nack('jobs', 999)") is False
 

@@ -784,7 +784,7 @@ SELECT pgmq._payload_type_untrusted('text'::regtype)
 SELECT pgmq._prove_caller(), pgmq._set_payload_check('texts', 'text')
 SELECT * FROM pgmq._encode_payload('x'::text, NULL)
 SELECT pgmq._payload_ok('x', 'text')
-SELECT pgmq._encode_payload_io(now()), pgmq._payload_ok_io('<a/>', 'xml'), pgmq._payload_ok('1 day', 'interval')
+SELECT pgmq._encode_payload_io(now()), pgmq._payload_ok('<a/>', 'xml'), pgmq._payload_ok('1 day', 'interval')
 SELECT pgmq._decode_payload(e.message, e.headers, NULL::text) FROM pgmq._encode_payload('x'::text, NULL) e
 SELECT pgmq.set_payload_type('dlq', 'jsonb')
 SELECT pgmq.payload_type('texts')
