@@ -10,7 +10,3858 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.acquire_queue_lock(text)
+-- replace: pgmq._create_queue_for(text, boolean)
+-- replace: pgmq.drop_queue(text)
+-- replace: pgmq._drop_queue_tables(text)
+-- replace: pgmq.purge_queue(text)
+-- replace: pgmq._enable_priorities_for(text)
+-- replace: pgmq.enable_priorities(text)
+-- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+-- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.metrics(text)
+-- replace: pgmq.metrics_all()
+-- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
+-- replace: pgmq.remove_retry_policy(text)
+-- replace: pgmq.set_dedup_window(text, integer)
+-- replace: pgmq.set_message_ttl(text, integer)
+-- replace: pgmq._note_message_limits(text)
+-- replace: pgmq.expire_messages(text)
+-- replace: pgmq._create_partitioned(text, text, text, integer)
+-- replace: pgmq._build_fifo_index(text)
+-- replace: pgmq.create_fifo_indexes_all()
+-- replace: pgmq._unbind(text, text, text)
+-- replace: pgmq.bind_queue(name, name, text)
+-- replace: pgmq.bind_topic(text, text)
+-- replace: pgmq._set_notify_trigger(text, text, boolean)
+-- replace: pgmq.enable_notify_insert(text, integer)
+-- replace: pgmq._register_callback(text, regprocedure, text, text)
+-- replace: pgmq._make_callback_runner(name)
+-- replace: pgmq.dispatch(text, integer)
+-- replace: pgmq.pause(text)
+-- replace: pgmq.resume(text)
+-- replace: pgmq._queue_metrics_of(text)
+-- replace: pgmq.queue_metrics(text)
+-- replace: pgmq.browse(text, bigint, integer, boolean)
+-- replace: pgmq.move_messages(text, text, integer)
+-- replace: pgmq._set_queue_access(name, name, boolean)
+-- new: pgmq._queue_name_of(text)
+-- new: pgmq._lock_queue(text, boolean)
+
+CREATE OR REPLACE FUNCTION pgmq.acquire_queue_lock(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name)));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
+
+CREATE FUNCTION pgmq._queue_name_of(queue_name text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT m.queue_name::text FROM pgmq.meta m WHERE m.queue_name = $1),
+                (SELECT m.queue_name::text FROM pgmq.meta m
+                 WHERE lower(m.queue_name) = lower($1) ORDER BY m.queue_name LIMIT 1))
+$fn$;
+
+CREATE FUNCTION pgmq._lock_queue(queue_name text, changes_table boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_table text := lower('q_' || queue_name);
+BEGIN
+    IF octet_length(v_table) >= 64 THEN
+        RETURN false;  -- longer than any queue's (and LOCK TABLE would NOTICE the truncation)
+    END IF;
+    IF changes_table THEN
+        BEGIN
+            EXECUTE format('LOCK TABLE pgmq.%I IN SHARE UPDATE EXCLUSIVE MODE', v_table);
+            RETURN true;
+        EXCEPTION WHEN undefined_table THEN
+            RETURN false;
+        END;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS SHARE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no SELECT
+    END;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ROW EXCLUSIVE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no privilege on the table at all
+    END;
+    RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_table)::name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller   name := pgmq._proven_caller();
+    v_qtable   text := pgmq.format_table_name(queue_name, 'q');
+    v_atable   text := pgmq.format_table_name(queue_name, 'a');
+    v_existing text;
+    v_owner    name;
+    v_new      boolean;
+    v_obj      record;
+BEGIN
+    PERFORM pgmq.validate_queue_name(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);  -- every spelling: creates in two wait
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name);
+    END IF;
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
+      AND m.queue_name <> _create_queue_for.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
+    v_new := NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name);
+    IF NOT v_new THEN
+        IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> v_caller THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
+    END IF;
+
+    IF unlogged THEN
+        EXECUTE format(
+            $q$CREATE UNLOGGED TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    ELSE
+        EXECUTE format(
+            $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    END IF;
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT PRIMARY KEY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        )$q$,
+        v_atable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                   v_qtable || '_vt_idx', v_qtable);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, false, unlogged)
+    ON CONFLICT DO NOTHING;
+    IF v_new THEN
+        INSERT INTO pgmq.queue_owners (queue_name, owner) VALUES (queue_name, v_caller);
+        IF v_caller <> current_user THEN
+            FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name) LOOP
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable      text := pgmq.format_table_name(queue_name, 'q');
+    v_atable      text := pgmq.format_table_name(queue_name, 'a');
+    v_name        text;
+    v_partitioned boolean;
+    v_partman     text;
+    v_template    text;
+BEGIN
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_name := coalesce(pgmq._queue_name_of(queue_name), queue_name);
+
+    SELECT m.is_partitioned INTO v_partitioned
+    FROM pgmq.meta m
+    WHERE m.queue_name = v_name;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(drop_queue.queue_name);
+        RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
+        RETURN false;
+    END IF;
+    -- Checked before anything is changed; _drop_queue_tables checks again for itself.
+    IF NOT pgmq._owns_queue(v_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    -- pg_partman's configuration of the queue's tables (features/partitioned)
+    -- An archive converted by convert_archive_partitioned is partitioned even when the queue is not.
+    v_partitioned := coalesce(v_partitioned, false) OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.oid = to_regclass(format('pgmq.%I', v_atable)) AND c.relkind = 'p');
+    IF v_partitioned THEN
+        SELECT n.nspname INTO v_partman
+        FROM pg_catalog.pg_extension e
+        JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_partman';
+    END IF;
+    IF v_partman IS NOT NULL THEN
+        FOR v_template IN EXECUTE format(
+            'DELETE FROM %I.part_config WHERE parent_table = ANY ($1) RETURNING template_table', v_partman)
+            USING ARRAY['pgmq.' || v_qtable, 'pgmq.' || v_atable]
+        LOOP
+            -- Only the templates pg_partman made for us: <partman schema>.template_<schema>_<table>.
+            IF starts_with(v_template, v_partman || '.template_pgmq_') THEN
+                EXECUTE format('DROP TABLE IF EXISTS %I.%I', v_partman,
+                               substr(v_template, length(v_partman) + 2));
+            END IF;
+        END LOOP;
+    END IF;
+
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._drop_queue_tables(v_name);
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq._drop_queue_tables(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_atable text := pgmq.format_table_name(queue_name, 'a');
+    v_step   text;
+    v_pause  double precision;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        v_pause := 0.001;
+        LOOP
+            BEGIN
+                v_step := 'q';
+                EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+                v_step := 'a';
+                IF to_regclass(format('pgmq.%I', v_atable)) IS NOT NULL THEN
+                    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_atable);
+                END IF;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                IF v_step = 'q' THEN
+                    RAISE;
+                END IF;
+            END;
+            PERFORM pg_sleep(v_pause * (0.5 + random()));
+            v_pause := least(v_pause * 2, 0.1);
+        END LOOP;
+    END IF;
+    -- Queues made by releases before upstream 1.6 were extension members; a member table
+    -- cannot be dropped until it leaves the extension.
+    IF pgmq._belongs_to_pgmq(v_qtable) THEN
+        EXECUTE format('ALTER EXTENSION pgmq DROP TABLE pgmq.%I', v_qtable);
+    END IF;
+    IF pgmq._belongs_to_pgmq(v_atable) THEN
+        EXECUTE format('ALTER EXTENSION pgmq DROP TABLE pgmq.%I', v_atable);
+    END IF;
+
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_qtable);
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_atable);
+    -- Rows in other catalog tables reference meta with ON DELETE CASCADE.
+    DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_drop_queue_tables.queue_name);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._drop_queue_tables(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.purge_queue(queue_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_count  bigint;
+BEGIN
+    -- TRUNCATE's lock first: two purges (or a purge and a drop) that each held the count's
+    -- weaker lock while waiting for it would deadlock (the lock order, _macros/lifecycle.sql.j2).
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    EXECUTE format('SELECT count(*) FROM pgmq.%I', v_qtable) INTO v_count;
+    EXECUTE format('TRUNCATE pgmq.%I', v_qtable);
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.purge_queue(queue_name text) IS 'Delete every message of a queue; returns the count.';
+
+CREATE OR REPLACE FUNCTION pgmq._enable_priorities_for(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller  name := pgmq._proven_caller();
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_trigger name;
+BEGIN
+    -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _enable_priorities_for.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
+    VALUES (queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
+    -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
+    -- deferred notification triggers (a message sent earlier in it) fire now instead of at
+    -- commit (their NOTIFY still goes out at commit), and the triggers are deferred again.
+    FOR v_trigger IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                     WHERE t.tgrelid = format('pgmq.%I', v_qtable)::regclass AND t.tginitdeferred LOOP
+        EXECUTE format('SET CONSTRAINTS pgmq.%I IMMEDIATE', v_trigger);
+        EXECUTE format('SET CONSTRAINTS pgmq.%I DEFERRED', v_trigger);
+    END LOOP;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.enable_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
+    IF NOT (CASE WHEN pgmq._lock_queue(enable_priorities.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
+    END IF;
+    PERFORM pgmq._note_priorities(queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_priorities(queue_name text) IS 'Make a queue serve messages in priority order from now on: builds its (priority, msg_id) index. The first message sent with a priority does this by itself, in its own transaction, which then holds a lock that stops the queue''s other producers and consumers until it commits; call this first on a busy queue. Idempotent.';
+
+CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>'x-pgmq-priority')::integer, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+     JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                AND d.deptype IN ('a', 'i')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, 'q')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names text[];
+    v_sql   text;
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
+           clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                               WHERE s.queue_name = %4$L), 300))
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(($3->>''x-pgmq-priority'')::integer, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+ FROM pg_catalog.pg_class t
+ JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+ JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                            AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                            AND d.deptype IN ('a', 'i')
+ JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+ JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+ WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name), n.name)
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce((t.hdr->>''x-pgmq-priority'')::integer, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = q.read_ct + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+               coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                        < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.msg_id, p.failed, j.attempts,
+               CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL
+                    THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                              $9, $10)) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired''
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback'' END AS failed,
+           coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                    < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    SELECT p.msg_id, p.failed, j.attempts,
+           CASE WHEN p.expired THEN ''ttl''
+                WHEN coalesce(j.attempts >= 1 + coalesce((p.headers->>''x-pgmq-max-retries'')::integer, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+           -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+           CASE WHEN p.failed IS NOT NULL
+                THEN clock_timestamp() + make_interval(secs => pgmq._retry_delay(j.attempts, coalesce((p.headers->>''x-pgmq-retry-delay'')::integer, $8),
+                          $9, $10)) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT p.read_ct + CASE WHEN p.failed = ''rollback'' THEN 1 ELSE 0 END AS attempts) j
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1 + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                   < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1 + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct >= 1 + coalesce((q.headers->>''x-pgmq-max-retries'')::integer, $6), false)
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+               < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                                < clock_timestamp(), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at + make_interval(secs => coalesce((headers->>''x-pgmq-ttl'')::integer, $5))
+                            < clock_timestamp(), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                           < clock_timestamp(), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at + make_interval(secs => coalesce((q.headers->>''x-pgmq-ttl'')::integer, $5))
+                       < clock_timestamp(), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+RETURN FOUND;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+SELECT * FROM moved ORDER BY msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.metrics(queue_name text)
+RETURNS pgmq.metrics_result
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_atable  text := pgmq.format_table_name(queue_name, 'a');
+    v_counts  record;
+    v_total   bigint;
+    v_default_length bigint;
+BEGIN
+    -- The count first: its lock keeps the queue table, and the sequence it owns, until the
+    -- transaction ends (a drop waits), so the lookups after it never meet a dropped OID.
+    EXECUTE format(
+        $q$SELECT count(*) AS queue_length,
+                  extract(epoch FROM now() - max(enqueued_at))::int AS newest,
+                  extract(epoch FROM now() - min(enqueued_at))::int AS oldest,
+                  count(*) FILTER (WHERE vt <= now()) AS visible
+           FROM pgmq.%I$q$,
+        v_qtable)
+    INTO v_counts;
+
+    v_total := coalesce(pg_sequence_last_value(
+        pg_get_serial_sequence(format('pgmq.%I', v_qtable), 'msg_id')::regclass), 0);
+
+    -- Only real partitions count: a plain queue named "<name>_default" must not.
+    SELECT sum(greatest(c.reltuples, 0))::bigint INTO v_default_length
+    FROM pg_catalog.pg_class c
+    WHERE c.relispartition
+      AND c.oid IN (to_regclass(format('pgmq.%I', v_qtable || '_default')),
+                    to_regclass(format('pgmq.%I', v_atable || '_default')));
+
+    RETURN (queue_name, v_counts.queue_length, v_counts.newest, v_counts.oldest, v_total, now(),
+            v_counts.visible, v_default_length)::pgmq.metrics_result;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible length, ages and totals of one queue.';
+
+CREATE OR REPLACE FUNCTION pgmq.metrics_all()
+RETURNS SETOF pgmq.metrics_result
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                   ORDER BY m.queue_name LOOP
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
+    END IF;
+    IF max_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
+    END IF;
+    IF retry_delay IS NULL OR retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retry_delay must be a non-negative number of seconds';
+    END IF;
+    IF backoff_factor IS NULL OR backoff_factor < 1 OR backoff_factor = 'NaN'::float8 OR backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'backoff_factor must be a finite number >= 1';
+    END IF;
+    IF max_retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
+    END IF;
+    IF dead_letter_queue IS NOT NULL THEN
+        IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.dead_letter_queue)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.dead_letter_queue) ELSE false END) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', set_retry_policy.dead_letter_queue);
+        END IF;
+        IF dead_letter_queue = queue_name THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'a queue cannot be its own dead-letter queue';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_retry_policy.queue_name
+                   WHERE d.queue_name = set_retry_policy.dead_letter_queue AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_retry_policy.dead_letter_queue,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_retry_policy.dead_letter_queue),
+                                 set_retry_policy.queue_name,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE s.queue_name = set_retry_policy.queue_name), 'jsonb'));
+        END IF;
+        -- Dead letters are written by whoever consumes this queue: its owner may send them only
+        -- where it may send itself.
+        IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s
+        (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+        SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
+            backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
+            dead_letter_queue = EXCLUDED.dead_letter_queue;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
+
+CREATE OR REPLACE FUNCTION pgmq.remove_retry_policy(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(remove_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
+    END IF;
+    UPDATE pgmq.queue_settings s
+    SET retry_policy = false, max_retries = NULL, retry_delay = 0, backoff_factor = 1,
+        max_retry_delay = NULL, dead_letter_queue = NULL
+    WHERE s.queue_name = remove_retry_policy.queue_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.remove_retry_policy(queue_name text) IS 'Remove a queue''s retry policy: it behaves like upstream PGMQ again.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
+    END IF;
+    IF seconds IS NULL OR seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
+
+CREATE OR REPLACE FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
+    END IF;
+    IF seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
+
+CREATE OR REPLACE FUNCTION pgmq._note_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;  -- no queue: the send's insert raises upstream's error
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+        SELECT m.queue_name, true FROM pgmq.meta m WHERE m.queue_name = _note_message_limits.queue_name
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._note_message_limits(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._note_message_limits(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        -- the table locked first (the lock order, _macros/lifecycle.sql.j2); a queue whose table
+        -- is gone (dropped meanwhile, or a catalog row left behind) is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND coalesce(enqueued_at + make_interval(secs => coalesce((headers->>'x-pgmq-ttl')::integer, $1))
+                               < clock_timestamp(), false)
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND (headers->>'x-pgmq-confirm-by')::timestamptz <= clock_timestamp()$q$,
+            pgmq._format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
+
+CREATE OR REPLACE FUNCTION pgmq._create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable     text := pgmq.format_table_name(queue_name, 'q');
+    v_atable     text := pgmq.format_table_name(queue_name, 'a');
+    v_qparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'q');
+    v_aparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'a');
+    v_col        text;
+    v_acol       text;
+    v_interval   interval;
+    v_partman    text;
+    v_type       text;
+    v_configured boolean;
+    v_existing   text;
+    v_keydef     text;
+    v_owner      name;
+BEGIN
+    -- upstream's checks, in upstream's order
+    PERFORM pgmq.validate_queue_name(queue_name);
+    -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
+    -- them: only a trusted role may, so that no untrusted role owns a queue table.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'create_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+    END IF;
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
+    IF premake IS NULL OR premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
+    END IF;
+    -- what pg_partman would refuse, refused before it is called
+    IF pg_catalog.strpos(queue_name, '.') > 0 THEN
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
+    v_col := pgmq._get_partition_col(partition_interval);
+    v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
+    IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
+    END IF;
+    IF v_col = 'msg_id' THEN
+        IF partition_interval::bigint < 1 THEN
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
+        END IF;
+        IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END IF;
+    ELSE
+        BEGIN
+            v_interval := partition_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
+        END;
+        BEGIN
+            v_interval := retention_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END;
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+    v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name);
+    END IF;
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
+      AND m.queue_name <> _create_partitioned.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+
+    -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
+    PERFORM 1
+    FROM pg_catalog.pg_class c
+    WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
+      AND c.relkind <> 'p';
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" already exists and is not partitioned', queue_name USING HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+    END IF;
+    SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
+        RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
+    END IF;
+
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_partitioned.queue_name;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        IF NOT pgmq._role_owns_queue(current_user, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> current_user THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
+    END IF;
+
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
+    -- objects are made IF NOT EXISTS (a repeated call prints upstream's NOTICEs), ours quietly.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB,
+            -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+            priority     INTEGER DEFAULT 0 NOT NULL
+        ) PARTITION BY RANGE (%I)$q$,
+        v_qtable, v_col);
+    -- Indexes on the parent are created on every partition, present and future.
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
+                   v_qtable || '_part_idx', v_qtable, v_col);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_vt_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF v_col <> 'msg_id' THEN
+        -- delete/archive/set_vt find messages by msg_id: without a key, index it.
+        IF to_regclass(format('pgmq.%I', v_qtable || '_msg_id_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_qtable || '_msg_id_idx', v_qtable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_qparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_qparent, v_col, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_qparent, pg_catalog.btrim(retention_interval), true, v_col <> 'msg_id', premake;
+
+    -- The archive: same columns plus archived_at, msg_id NOT NULL without a key.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT NOT NULL,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        ) PARTITION BY RANGE (%I)$q$,
+        v_atable, v_acol);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+    IF v_acol = 'msg_id' THEN
+        IF to_regclass(format('pgmq.%I', v_atable || '_part_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_atable || '_part_idx', v_atable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_aparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_aparent, v_acol, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_aparent, pg_catalog.btrim(retention_interval), true, v_acol <> 'msg_id', premake;
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, true, false)
+    ON CONFLICT DO NOTHING;
+    INSERT INTO pgmq.queue_owners (queue_name, owner)
+    VALUES (queue_name, current_user)
+    ON CONFLICT DO NOTHING;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._build_fifo_index(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- One builder at a time (two would both find no index and both create it: 23505); the
+    -- strongest lock first, as CREATE INDEX's SHARE lock holds off writers anyway.
+    EXECUTE format('LOCK TABLE pgmq.%I IN SHARE ROW EXCLUSIVE MODE', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx')) IS NOT NULL
+       AND NOT EXISTS (
+               SELECT 1
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_am a ON a.oid = c.relam
+               WHERE i.indrelid = v_rel
+                 AND c.relname = v_qtable || '_fifo_idx'
+                 AND a.amname = 'btree'
+                 AND i.indkey[0] = 0
+                 AND i.indisvalid
+           ) THEN
+        EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
+    END IF;
+    EXECUTE format(
+        $q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((COALESCE(headers ->> 'x-pgmq-group', '_default_fifo_group')), msg_id)$q$,
+        v_qtable || '_fifo_idx', v_qtable);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._build_fifo_index(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._build_fifo_index(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.create_fifo_indexes_all()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    -- The queues the caller owns (a superuser's: all of them).
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._owns_queue(m.queue_name) ORDER BY m.queue_name LOOP
+        -- a queue dropped since it was listed, or a catalog row without tables, is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        PERFORM pgmq.create_fifo_index(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue the caller owns (idempotent).';
+
+CREATE OR REPLACE FUNCTION pgmq._unbind(exchange_name text, queue_name text, binding_key text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_ex    pgmq.exchanges;
+    v_count bigint;
+BEGIN
+    SELECT * INTO v_ex FROM pgmq.exchanges e WHERE e.exchange_name = _unbind.exchange_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
+    END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN 0;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
+        RETURN 0;
+    END IF;
+    IF NOT (pgmq._queue_privilege(queue_name, 'INSERT') AND pgmq._may_publish(exchange_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to bind queue "%s" to exchange "%s"', queue_name, exchange_name),
+            HINT = 'Binding needs access to the queue (grant_queue_access) and to the exchange (grant_publish_access).';
+    END IF;
+    DELETE FROM pgmq.exchange_bindings b
+    WHERE b.exchange_name = _unbind.exchange_name AND b.queue_name = _unbind.queue_name
+      AND (_unbind.binding_key IS NULL OR v_ex.exchange_type = 'fanout' OR b.binding_key = _unbind.binding_key);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pgmq._lock_queue(q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name::text);
+    END IF;  -- first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    PERFORM pgmq._bind(e_name::text, q_name::text, e_key);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_queue(q_name name, e_name name, e_key text) IS 'Bind a queue to an exchange: e_key is the routing key (direct), pattern (topic), JSON arguments (headers) or NULL (fanout). Idempotent.';
+
+CREATE OR REPLACE FUNCTION pgmq.bind_topic(pattern text, queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.validate_topic_pattern(pattern);
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
+    END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    PERFORM pgmq._bind('pgmq.topic', queue_name, pattern);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_topic(pattern text, queue_name text) IS 'Route routing keys matching pattern to a queue (idempotent).';
+
+CREATE OR REPLACE FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- The lock DROP TRIGGER ends up taking, taken first: two callers that both held a weaker one
+    -- while waiting for it would deadlock (and the caller's rows come after the table).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    END IF;
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    IF kind = 'insert' AND enable THEN
+        EXECUTE format(
+            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners
+               AFTER INSERT ON pgmq.%I
+               DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners(%L)$q$,
+            v_qtable, queue_name);
+    ELSIF kind = 'insert' THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I', v_qtable);
+    ELSIF kind = 'msg_id' AND enable THEN
+        EXECUTE format(
+            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_msg_id
+               AFTER INSERT ON pgmq.%I
+               DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION pgmq._notify_msg_id(%L)$q$,
+            v_qtable, queue_name);
+    ELSIF kind = 'msg_id' THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_msg_id ON pgmq.%I', v_qtable);
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = format('unknown trigger kind %s', kind);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
+    END IF;
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
+    END IF;
+
+    PERFORM pgmq.disable_notify_insert(queue_name);
+    -- Again, now that the table is locked (_set_notify_trigger): a queue dropped meanwhile gets
+    -- no throttle row (the lock order, _macros/lifecycle.sql.j2).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
+    END IF;
+    INSERT INTO pgmq.notify_insert_throttle AS t (queue_name, throttle_interval_ms)
+    VALUES (queue_name, throttle_interval_ms)
+    ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
+        SET throttle_interval_ms = EXCLUDED.throttle_interval_ms,
+            last_notified_at = to_timestamp(0);
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_notify_trigger(queue_name, 'insert', true);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Notify channel pgmq.q_<queue_name>.INSERT on committed inserts, at most once per throttle_interval_ms.';
+
+CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_existing regprocedure;
+    v_kind     "char";
+    v_args     oidvector;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(q_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    SELECT p.prokind, p.proargtypes INTO v_kind, v_args FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    IF v_kind <> 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('callback %s is not a procedure', proc),
+            HINT = 'Create it with CREATE PROCEDURE; dispatch runs it with CALL.';
+    END IF;
+    IF array_length(v_args::oid[], 1) IS DISTINCT FROM 1 OR v_args[0] <> 'jsonb'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
+    END IF;
+    -- The callback runs with the registrant's rights: it must be one the registrant may run.
+    IF NOT has_function_privilege(proc, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for procedure %s', proc),
+            HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
+    END IF;
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing IS NULL THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant)
+        VALUES (q_name, proc, caller_search_path, current_user);
+    ELSIF v_existing <> proc THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    END IF;  -- the same one again: idempotent, but its runner is checked (and remade) below
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._make_callback_runner(role_name name)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_name   text := '_callback_as_' || md5(role_name);
+    v_fn     regprocedure := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+       OR NOT pg_catalog.pg_has_role(v_caller, role_name, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s" may not run callbacks as role "%s"', v_caller, role_name);
+    END IF;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        RETURN;
+    END IF;
+    -- One maker at a time per role; a second one finds the runner made (in pg_proc itself:
+    -- to_regprocedure may answer from a catalog cache that misses what the first one made).
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
+    SELECT p.oid::regprocedure INTO v_fn FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'pgmq'::regnamespace AND p.proname = v_name::name
+      AND p.pronargs = 2 AND p.proargtypes[0] = 'pg_catalog.text'::regtype AND p.proargtypes[1] = 'pg_catalog.jsonb'::regtype;
+    IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']) THEN
+        RETURN;
+    END IF;
+    IF v_fn IS NOT NULL THEN  -- altered by its owner: made again
+        EXECUTE format('DROP FUNCTION pgmq.%I(text, jsonb)', v_name);
+    END IF;
+    EXECUTE format('CREATE FUNCTION pgmq.%I(queue_name text, message jsonb) RETURNS void '
+                   'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
+                   v_name, 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+BEGIN
+    SELECT n.nspname, p.proname, c.search_path INTO v_schema, v_name, v_path
+    FROM pgmq.callbacks c
+    JOIN pg_catalog.pg_proc p ON p.oid = c.callback
+    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    -- The registrant''s search_path while the callback runs; this function''s SET clause puts
+    -- the pinned one back on exit. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+END;');
+    EXECUTE format('REVOKE ALL ON FUNCTION pgmq.%I(text, jsonb) FROM PUBLIC', v_name);
+    EXECUTE format('ALTER FUNCTION pgmq.%I(text, jsonb) OWNER TO %I', v_name, role_name);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._make_callback_runner(role_name name) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._make_callback_runner(role_name name) TO PUBLIC;
+
+CREATE OR REPLACE PROCEDURE pgmq.dispatch(queue_name text DEFAULT NULL::text, max_messages integer DEFAULT 100)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    -- No SET search_path is possible here (the procedure commits): every name is qualified,
+    -- the declared types too (a caller's public.text domain would otherwise run its CHECK).
+    v_queues pg_catalog.text[];
+    v_queue  pg_catalog.text;
+    v_count  pg_catalog.int4 := 0;
+    v_idle   pg_catalog.bool;
+BEGIN
+    IF max_messages IS NULL OR max_messages OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages must be at least 1';
+    END IF;
+    v_queues := pgmq._callback_queues(queue_name);
+    LOOP
+        v_idle := true;
+        FOREACH v_queue IN ARRAY v_queues LOOP
+            EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
+            -- its table first (the lock order, _macros/lifecycle.sql.j2): a queue dropped since
+            -- it was listed, or a catalog row without tables, is skipped
+            CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+            IF pgmq._dispatch_one(v_queue) IS NOT NULL THEN
+                v_idle := false;
+                v_count := v_count OPERATOR(pg_catalog.+) 1;
+            END IF;
+            COMMIT;
+        END LOOP;
+        EXIT WHEN v_idle OR v_count OPERATOR(pg_catalog.>=) max_messages;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON PROCEDURE pgmq.dispatch(queue_name text, max_messages integer) IS 'Deliver up to max_messages messages (of one queue, or all with callbacks) to their callbacks, committing after each; failures go through the retry policy. CALL outside a transaction block.';
+
+CREATE OR REPLACE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE OR REPLACE FUNCTION pgmq.resume(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(resume.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgmq.queue_settings s SET paused = false
+    WHERE s.queue_name = resume.queue_name AND s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
+
+CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass;
+    v_a       regclass;
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_ages    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
+
+    v_msgs := pgmq._count_messages(v_qtable);
+    v_est := v_msgs.estimated;
+
+    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
+    EXECUTE format(
+        $q$SELECT (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT extract(epoch FROM $1 - enqueued_at)::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        v_qtable)
+    INTO v_ages
+    USING v_now;
+
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_class c
+            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
+                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+CREATE OR REPLACE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(browse.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
+    END IF;
+    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+           FROM pgmq.%I
+           WHERE msg_id > $1
+           ORDER BY msg_id
+           LIMIT $2$q$,
+        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
+    USING coalesce(after_msg_id, 0), qty;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
+
+CREATE OR REPLACE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
+    END IF;
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
+    END IF;
+    IF source_queue = target_queue THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'source_queue and target_queue must differ';
+    END IF;
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
+               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             move_messages.target_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
+                             move_messages.source_queue,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
+               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
+        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = move_messages.source_queue AND s.priorities) THEN
+        PERFORM pgmq._note_priorities(move_messages.target_queue);
+    END IF;
+    -- One statement: a message is always in exactly one of the two queues.
+    EXECUTE format(
+        $q$WITH picked AS (
+            SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+            RETURNING m.msg_id, m.message, m.headers, m.priority
+        )
+        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+        SELECT clock_timestamp(), message, headers, priority
+        FROM moved ORDER BY msg_id$q$,
+        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
+    USING max_messages;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
+
+CREATE OR REPLACE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_owner  name;
+    v_obj    record;
+    v_role   oid;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
+    END IF;
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
+    IF role_name IS NULL THEN
+        FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+            FOR v_role IN SELECT DISTINCT a.grantee
+                          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                          WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
+                            AND a.grantee <> c.relowner
+                            AND a.grantee NOT IN (SELECT r.oid FROM pg_catalog.pg_roles r
+                                                  WHERE r.rolname IN (v_owner, 'pg_monitor'))
+            LOOP
+                IF v_role = 0 THEN
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    END IF;
+                ELSE
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        RETURN;
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF role_name = v_owner AND allow THEN
+        RETURN;  -- it has every privilege of a queue already
+    ELSIF role_name = v_owner THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
+            MESSAGE = format('role "%s" owns queue "%s": its access cannot be revoked', role_name, queue_name);
+    END IF;
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+        IF allow AND role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO PUBLIC', v_obj.object_name);
+            END IF;
+        ELSIF allow THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, role_name);
+            END IF;
+        ELSIF role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            END IF;
+        ELSE
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) TO PUBLIC;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.8.0--2.9.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
