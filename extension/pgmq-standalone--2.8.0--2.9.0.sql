@@ -230,10 +230,24 @@ BEGIN
             headers      JSONB
         )$q$,
         v_atable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
-                   v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
-                   'archived_at_idx_' || queue_name, v_atable);
+    -- An existing index gets upstream's NOTICE without CREATE INDEX IF NOT EXISTS, whose SHARE
+    -- lock would be held to the end of the caller's transaction, then a create(q) followed by a
+    -- setting deadlocks with a transaction that changes that setting and then sends
+    -- (_macros/lifecycle.sql.j2).
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable || '_vt_idx')::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', v_qtable || '_vt_idx' USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = ('archived_at_idx_' || queue_name)::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', 'archived_at_idx_' || queue_name USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                       'archived_at_idx_' || queue_name, v_atable);
+    END IF;
 
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
     VALUES (queue_name, false, unlogged)

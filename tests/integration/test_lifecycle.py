@@ -205,3 +205,37 @@ def test_creating_a_partitioned_queue_another_role_holds_warns(conn, partman, ma
     seen = notices(conn)
     conn.execute("SELECT pgmq.create_partitioned('orders', '10', '100')")
     assert warning(seen, maker), seen
+
+
+def test_create_of_an_existing_queue_holds_no_lock_a_sender_waits_for(connect):
+    """create(q) on an existing queue, then a setting, in one transaction, next to a transaction
+    that changes that setting and then sends: both complete (2.8.0's create kept CREATE INDEX IF
+    NOT EXISTS's SHARE lock on the table to the end: the sender waited for it while holding the
+    settings row the create waited for, 40P01). Upstream's NOTICEs are still printed."""
+    first, second, watch = connect(autocommit=False), connect(autocommit=False), connect()
+    watch.execute("SELECT pgmq.create('jobs')")
+    first.execute("SELECT pgmq.set_retry_policy('jobs', 3)")  # holds the settings row
+    seen = notices(second)
+    second.execute("SELECT pgmq.create('jobs')")
+    assert ("NOTICE", 'relation "q_jobs_vt_idx" already exists, skipping') in seen
+    errors: list[psycopg.Error] = []
+
+    def setting() -> None:
+        try:
+            second.execute("SELECT pgmq.set_retry_policy('jobs', 5)")  # waits for first's row
+            second.commit()
+        except psycopg.Error as e:
+            errors.append(e)
+
+    t = threading.Thread(target=setting)
+    t.start()
+    wait_for(lambda: scalar(watch, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                            (second.info.backend_pid,)) == "Lock", what="the second setting to wait")
+    try:
+        first.execute("SELECT pgmq.send('jobs', '{}'::jsonb)")
+        first.commit()
+    except psycopg.Error as e:
+        errors.append(e)
+    t.join()
+    assert not errors, [(e.sqlstate, str(e).splitlines()[0]) for e in errors]
+    assert scalar(watch, "SELECT max_retries FROM pgmq.queue_settings WHERE queue_name = 'jobs'") == 5
