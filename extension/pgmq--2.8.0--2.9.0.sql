@@ -79,6 +79,11 @@ ALTER TABLE pgmq.queue_settings
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.validate_queue_name(text)
 -- replace: pgmq._validate_queue_name(text)
+-- replace: pgmq.acquire_queue_lock(text)
+-- replace: pgmq._create_queue_for(text, boolean)
+-- replace: pgmq.drop_queue(text)
+-- replace: pgmq._drop_queue_tables(text)
+-- replace: pgmq.purge_queue(text)
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
 -- replace: pgmq.send(text, jsonb, jsonb)
 -- replace: pgmq.send(text, jsonb, jsonb, integer)
@@ -89,6 +94,7 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.send_batch(text, jsonb[], integer)
 -- replace: pgmq.send_batch(text, jsonb[], timestamp with time zone)
 -- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
+-- replace: pgmq._enable_priorities_for(text)
 -- replace: pgmq.enable_priorities(text)
 -- replace: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 -- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
@@ -113,6 +119,7 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq.metrics(text)
+-- replace: pgmq.metrics_all()
 -- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
 -- replace: pgmq.remove_retry_policy(text)
 -- replace: pgmq.set_dedup_window(text, integer)
@@ -128,6 +135,9 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.expire_messages(text)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._take_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq._create_partitioned(text, text, text, integer)
+-- replace: pgmq._build_fifo_index(text)
+-- replace: pgmq.create_fifo_indexes_all()
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
@@ -158,8 +168,11 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq._unbind(text, text, text)
 -- replace: pgmq.bind_queue(name, name, text)
 -- replace: pgmq.unbind_queue(name, name, text)
+-- replace: pgmq.bind_topic(text, text)
 -- replace: pgmq.bind_stream(text, text, text)
 -- replace: pgmq.unbind_stream(text, text, text)
+-- replace: pgmq._set_notify_trigger(text, text, boolean)
+-- replace: pgmq.enable_notify_insert(text, integer)
 -- drop-create: pgmq._payload_type_of(text) (result changed from text to regtype)
 -- replace: pgmq._encode_payload(anyelement, jsonb)
 -- replace: pgmq._decode_payload(jsonb, jsonb, anyelement)
@@ -190,8 +203,11 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.queue_metrics(text)
 -- replace: pgmq.browse(text, bigint, integer, boolean)
 -- replace: pgmq.move_messages(text, text, integer)
+-- replace: pgmq._set_queue_access(name, name, boolean)
 -- replace: pgmq.grant_publish_access(name, name)
 -- replace: pgmq.revoke_publish_access(name, name)
+-- new: pgmq._queue_name_of(text)
+-- new: pgmq._lock_queue(text, boolean)
 -- new: pgmq._flag_message_limits(text)
 -- new: pgmq._check_dead_letter_queue(text, text)
 -- new: pgmq._check_queue_settings()
@@ -260,6 +276,345 @@ BEGIN
     END IF;
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.acquire_queue_lock(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name)));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
+
+CREATE FUNCTION pgmq._queue_name_of(queue_name text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT m.queue_name::text FROM pgmq.meta m WHERE m.queue_name = $1),
+                (SELECT m.queue_name::text FROM pgmq.meta m
+                 WHERE lower(m.queue_name) = lower($1) ORDER BY m.queue_name LIMIT 1))
+$fn$;
+
+CREATE FUNCTION pgmq._lock_queue(queue_name text, changes_table boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_table text := lower('q_' || queue_name);
+BEGIN
+    IF octet_length(v_table) >= 64 THEN
+        RETURN false;  -- longer than any queue's (and LOCK TABLE would NOTICE the truncation)
+    END IF;
+    IF changes_table THEN
+        BEGIN
+            EXECUTE format('LOCK TABLE pgmq.%I IN SHARE UPDATE EXCLUSIVE MODE', v_table);
+            RETURN true;
+        EXCEPTION WHEN undefined_table THEN
+            RETURN false;
+        END;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS SHARE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no SELECT
+    END;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ROW EXCLUSIVE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no privilege on the table at all
+    END;
+    RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_table)::name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller   name := pgmq._proven_caller();
+    v_qtable   text := pgmq.format_table_name(queue_name, 'q');
+    v_atable   text := pgmq.format_table_name(queue_name, 'a');
+    v_existing text;
+    v_owner    name;
+    v_new      boolean;
+    v_obj      record;
+BEGIN
+    PERFORM pgmq.validate_queue_name(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);  -- every spelling: creates in two wait
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name);
+    END IF;
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
+      AND m.queue_name <> _create_queue_for.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
+    v_new := NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name);
+    IF NOT v_new THEN
+        IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> v_caller THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
+    END IF;
+
+    IF unlogged THEN
+        EXECUTE format(
+            $q$CREATE UNLOGGED TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    ELSE
+        EXECUTE format(
+            $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+                msg_id       BIGINT PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+                read_ct      INT DEFAULT 0 NOT NULL,
+                enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+                last_read_at TIMESTAMP WITH TIME ZONE,
+                vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+                message      JSONB,
+                headers      JSONB,
+                -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+                priority     INTEGER DEFAULT 0 NOT NULL
+            )$q$,
+            v_qtable);
+    END IF;
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT PRIMARY KEY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        )$q$,
+        v_atable);
+    -- An existing index gets upstream's NOTICE without CREATE INDEX IF NOT EXISTS, whose SHARE
+    -- lock would be held to the end of the caller's transaction, then a create(q) followed by a
+    -- setting deadlocks with a transaction that changes that setting and then sends
+    -- (_macros/lifecycle.sql.j2).
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable || '_vt_idx')::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', v_qtable || '_vt_idx' USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = ('archived_at_idx_' || queue_name)::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', 'archived_at_idx_' || queue_name USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                       'archived_at_idx_' || queue_name, v_atable);
+    END IF;
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, false, unlogged)
+    ON CONFLICT DO NOTHING;
+    IF v_new THEN
+        INSERT INTO pgmq.queue_owners (queue_name, owner) VALUES (queue_name, v_caller);
+        IF v_caller <> current_user THEN
+            FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name) LOOP
+                IF v_obj.kind = 'TABLE' THEN
+                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                ELSIF v_obj.kind = 'SEQUENCE' THEN
+                    EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, v_caller);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.drop_queue(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable      text := pgmq.format_table_name(queue_name, 'q');
+    v_atable      text := pgmq.format_table_name(queue_name, 'a');
+    v_name        text;
+    v_partitioned boolean;
+    v_partman     text;
+    v_template    text;
+BEGIN
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_name := coalesce(pgmq._queue_name_of(queue_name), queue_name);
+
+    SELECT m.is_partitioned INTO v_partitioned
+    FROM pgmq.meta m
+    WHERE m.queue_name = v_name;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(drop_queue.queue_name);
+        RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
+        RETURN false;
+    END IF;
+    -- Checked before anything is changed; _drop_queue_tables checks again for itself.
+    IF NOT pgmq._owns_queue(v_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    -- pg_partman's configuration of the queue's tables (features/partitioned)
+    -- An archive converted by convert_archive_partitioned is partitioned even when the queue is not.
+    v_partitioned := coalesce(v_partitioned, false) OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.oid = to_regclass(format('pgmq.%I', v_atable)) AND c.relkind = 'p');
+    IF v_partitioned THEN
+        SELECT n.nspname INTO v_partman
+        FROM pg_catalog.pg_extension e
+        JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_partman';
+    END IF;
+    IF v_partman IS NOT NULL THEN
+        FOR v_template IN EXECUTE format(
+            'DELETE FROM %I.part_config WHERE parent_table = ANY ($1) RETURNING template_table', v_partman)
+            USING ARRAY['pgmq.' || v_qtable, 'pgmq.' || v_atable]
+        LOOP
+            -- Only the templates pg_partman made for us: <partman schema>.template_<schema>_<table>.
+            IF starts_with(v_template, v_partman || '.template_pgmq_') THEN
+                EXECUTE format('DROP TABLE IF EXISTS %I.%I', v_partman,
+                               substr(v_template, length(v_partman) + 2));
+            END IF;
+        END LOOP;
+    END IF;
+
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._drop_queue_tables(v_name);
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq._drop_queue_tables(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_atable text := pgmq.format_table_name(queue_name, 'a');
+    v_step   text;
+    v_pause  double precision;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        v_pause := 0.001;
+        LOOP
+            BEGIN
+                v_step := 'q';
+                EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+                v_step := 'a';
+                IF to_regclass(format('pgmq.%I', v_atable)) IS NOT NULL THEN
+                    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_atable);
+                END IF;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                IF v_step = 'q' THEN
+                    RAISE;
+                END IF;
+            END;
+            PERFORM pg_sleep(v_pause * (0.5 + random()));
+            v_pause := least(v_pause * 2, 0.1);
+        END LOOP;
+    END IF;
+    -- Queues made by releases before upstream 1.6 were extension members; a member table
+    -- cannot be dropped until it leaves the extension.
+    IF pgmq._belongs_to_pgmq(v_qtable) THEN
+        EXECUTE format('ALTER EXTENSION pgmq DROP TABLE pgmq.%I', v_qtable);
+    END IF;
+    IF pgmq._belongs_to_pgmq(v_atable) THEN
+        EXECUTE format('ALTER EXTENSION pgmq DROP TABLE pgmq.%I', v_atable);
+    END IF;
+
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_qtable);
+    EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_atable);
+    -- Rows in other catalog tables reference meta with ON DELETE CASCADE.
+    DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_drop_queue_tables.queue_name);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._drop_queue_tables(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.purge_queue(queue_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_count  bigint;
+BEGIN
+    -- TRUNCATE's lock first: two purges (or a purge and a drop) that each held the count's
+    -- weaker lock while waiting for it would deadlock (the lock order, _macros/lifecycle.sql.j2).
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    EXECUTE format('SELECT count(*) FROM pgmq.%I', v_qtable) INTO v_count;
+    EXECUTE format('TRUNCATE pgmq.%I', v_qtable);
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.purge_queue(queue_name text) IS 'Delete every message of a queue; returns the count.';
 
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
@@ -888,6 +1243,51 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
 
+CREATE OR REPLACE FUNCTION pgmq._enable_priorities_for(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller  name := pgmq._proven_caller();
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_trigger name;
+BEGIN
+    -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _enable_priorities_for.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
+    VALUES (queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
+    -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
+    -- deferred notification triggers (a message sent earlier in it) fire now instead of at
+    -- commit (their NOTIFY still goes out at commit), and the triggers are deferred again.
+    FOR v_trigger IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                     WHERE t.tgrelid = format('pgmq.%I', v_qtable)::regclass AND t.tginitdeferred LOOP
+        EXECUTE format('SET CONSTRAINTS pgmq.%I IMMEDIATE', v_trigger);
+        EXECUTE format('SET CONSTRAINTS pgmq.%I DEFERRED', v_trigger);
+    END LOOP;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
+
 CREATE OR REPLACE FUNCTION pgmq.enable_priorities(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -896,7 +1296,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(enable_priorities.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) ELSE false END) THEN
         IF enable_priorities.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -973,7 +1374,15 @@ BEGIN
                                  THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
     END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
-    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+     JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                AND d.deptype IN ('a', 'i')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, 'q')::pg_catalog.name);
     RETURN v_value;
 
 END;
@@ -2202,7 +2611,15 @@ BEGIN
                                  THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
     END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
-    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
     RETURN v_value;
 
 END;
@@ -2229,7 +2646,15 @@ END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(n.name, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id') END, n.name)
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+ FROM pg_catalog.pg_class t
+ JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+ JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                            AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                            AND d.deptype IN ('a', 'i')
+ JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+ JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+ WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name), n.name)
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -4527,12 +4952,25 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
-    v_atable text := pgmq.format_table_name(queue_name, 'a');
-    v_result pgmq.metrics_result;
-    v_total  bigint;
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_atable  text := pgmq.format_table_name(queue_name, 'a');
+    v_counts  record;
+    v_total   bigint;
     v_default_length bigint;
 BEGIN
+    -- The count first: its lock keeps the queue table, and the sequence it owns, until the
+    -- transaction ends (a drop waits), so the lookups after it never meet a dropped OID.
+    EXECUTE format(
+        $q$SELECT count(*) AS queue_length,
+                  CASE WHEN max(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END AS newest,
+                  CASE WHEN min(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END AS oldest,
+                  count(*) FILTER (WHERE vt <= now()) AS visible
+           FROM pgmq.%I$q$,
+        v_qtable)
+    INTO v_counts;
+
     v_total := coalesce(pg_sequence_last_value(
         pg_get_serial_sequence(format('pgmq.%I', v_qtable), 'msg_id')::regclass), 0);
 
@@ -4543,26 +4981,32 @@ BEGIN
       AND c.oid IN (to_regclass(format('pgmq.%I', v_qtable || '_default')),
                     to_regclass(format('pgmq.%I', v_atable || '_default')));
 
-    EXECUTE format(
-        $q$SELECT $1::text,
-                  count(*),
-                  CASE WHEN max(enqueued_at) IS NOT NULL
-     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END,
-                  CASE WHEN min(enqueued_at) IS NOT NULL
-     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END,
-                  $2::bigint,
-                  now(),
-                  count(*) FILTER (WHERE vt <= now()),
-                  $3::bigint
-           FROM pgmq.%I$q$,
-        v_qtable)
-    INTO v_result
-    USING queue_name, v_total, v_default_length;
-    RETURN v_result;
+    RETURN (queue_name, v_counts.queue_length, v_counts.newest, v_counts.oldest, v_total, now(),
+            v_counts.visible, v_default_length)::pgmq.metrics_result;
 END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible length, ages and totals of one queue.';
+
+CREATE OR REPLACE FUNCTION pgmq.metrics_all()
+RETURNS SETOF pgmq.metrics_result
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                   ORDER BY m.queue_name LOOP
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
 
 CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
 RETURNS void
@@ -4571,7 +5015,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) ELSE false END) THEN
         IF set_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -4611,7 +5056,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(remove_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) ELSE false END) THEN
         IF remove_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -4635,7 +5081,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) ELSE false END) THEN
         IF set_dedup_window.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -4660,7 +5107,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) ELSE false END) THEN
         IF set_message_ttl.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -4700,6 +5148,9 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;  -- no queue: the send's insert raises upstream's error
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
                    WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
         PERFORM pgmq._prove_caller();
@@ -4742,7 +5193,8 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(_check_dead_letter_queue.dead_letter_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) ELSE false END) THEN
         IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -5236,6 +5688,9 @@ BEGIN
         WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
         ORDER BY m.queue_name
     LOOP
+        -- the table locked first (the lock order, _macros/lifecycle.sql.j2); a queue whose table
+        -- is gone (dropped meanwhile, or a catalog row left behind) is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
         EXECUTE format(
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
@@ -5425,6 +5880,279 @@ BEGIN
             v_msg.message, v_msg.headers)::pgmq.message_record;
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._create_partitioned(queue_name text, partition_interval text, retention_interval text, premake integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable     text := pgmq.format_table_name(queue_name, 'q');
+    v_atable     text := pgmq.format_table_name(queue_name, 'a');
+    v_qparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'q');
+    v_aparent    text := 'pgmq.' || pgmq.format_table_name(queue_name, 'a');
+    v_col        text;
+    v_acol       text;
+    v_interval   interval;
+    v_partman    text;
+    v_type       text;
+    v_configured boolean;
+    v_existing   text;
+    v_keydef     text;
+    v_owner      name;
+BEGIN
+    -- upstream's checks, in upstream's order
+    PERFORM pgmq.validate_queue_name(queue_name);
+    -- pg_partman builds the tables (and later their partitions) as the caller, who then owns
+    -- them: only a trusted role may, so that no untrusted role owns a queue table.
+    IF NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION '% needs a superuser, the extension''s owner or a role with CREATE on schema pgmq', 'create_partitioned' USING ERRCODE = 'insufficient_privilege', HINT = 'Partitioned queue tables belong to the role that creates them; plain queues (pgmq.create) can be made by any role.';
+    END IF;
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq._ensure_pg_partman_installed();
+    IF premake IS NULL OR premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, got %', premake;
+    END IF;
+    -- what pg_partman would refuse, refused before it is called
+    IF pg_catalog.strpos(queue_name, '.') > 0 THEN
+        RAISE EXCEPTION 'partitioned queue names cannot contain "."' USING HINT = 'pg_partman does not support table names containing periods.';
+    END IF;
+    v_col := pgmq._get_partition_col(partition_interval);
+    v_acol := CASE WHEN v_col = 'msg_id' THEN 'msg_id' ELSE 'archived_at' END;
+    IF partition_interval IS NULL OR pg_catalog.btrim(partition_interval) = '' THEN
+        RAISE EXCEPTION 'partition_interval cannot be NULL or empty';
+    END IF;
+    IF v_col = 'msg_id' THEN
+        IF partition_interval::bigint < 1 THEN
+            RAISE EXCEPTION 'partition_interval must be a positive number of messages, got %', partition_interval;
+        END IF;
+        IF retention_interval IS NOT NULL AND pg_catalog.btrim(retention_interval) !~ '^[+]?[0-9]+$' THEN
+            RAISE EXCEPTION 'retention_interval must be a number of messages when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END IF;
+    ELSE
+        BEGIN
+            v_interval := partition_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'partition_interval must be a number of messages or a time interval, got %', partition_interval;
+        END;
+        BEGIN
+            v_interval := retention_interval::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'retention_interval must be a time interval when partition_interval is one, got %', retention_interval USING HINT = 'Use time intervals for both (''1 day'', ''7 days'') or numbers for both (''10000'', ''100000'').';
+        END;
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+    v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name);
+    END IF;
+    SELECT m.queue_name INTO v_existing
+    FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
+      AND m.queue_name <> _create_partitioned.queue_name;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" conflicts with existing queue "%"', queue_name, v_existing USING ERRCODE = 'duplicate_table', HINT = 'Queue tables are named in lower case, so names must differ in more than case.';
+    END IF;
+
+    -- An existing plain queue (or archive) is not turned into a partitioned one behind its back.
+    PERFORM 1
+    FROM pg_catalog.pg_class c
+    WHERE c.oid IN (to_regclass(format('pgmq.%I', v_qtable)), to_regclass(format('pgmq.%I', v_atable)))
+      AND c.relkind <> 'p';
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" already exists and is not partitioned', queue_name USING HINT = 'Drop it first, or use convert_archive_partitioned() for the archive alone.';
+    END IF;
+    SELECT pg_catalog.pg_get_partkeydef(c.oid) INTO v_keydef
+    FROM pg_catalog.pg_class c
+    WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
+    IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
+        RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
+    END IF;
+
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_partitioned.queue_name;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        IF NOT pgmq._role_owns_queue(current_user, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> current_user THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
+    END IF;
+
+    -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
+    -- objects are made IF NOT EXISTS (a repeated call prints upstream's NOTICEs), ours quietly.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT GENERATED BY DEFAULT AS IDENTITY,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB,
+            -- ours, after upstream's: lower is served first; every insert derives it with priority_of()
+            priority     INTEGER DEFAULT 0 NOT NULL
+        ) PARTITION BY RANGE (%I)$q$,
+        v_qtable, v_col);
+    -- Indexes on the parent are created on every partition, present and future.
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (%I)$q$,
+                   v_qtable || '_part_idx', v_qtable, v_col);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_vt_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF v_col <> 'msg_id' THEN
+        -- delete/archive/set_vt find messages by msg_id: without a key, index it.
+        IF to_regclass(format('pgmq.%I', v_qtable || '_msg_id_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_qtable || '_msg_id_idx', v_qtable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_qparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_qparent, v_col, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_qparent, pg_catalog.btrim(retention_interval), true, v_col <> 'msg_id', premake;
+
+    -- The archive: same columns plus archived_at, msg_id NOT NULL without a key.
+    EXECUTE format(
+        $q$CREATE TABLE IF NOT EXISTS pgmq.%I (
+            msg_id       BIGINT NOT NULL,
+            read_ct      INT DEFAULT 0 NOT NULL,
+            enqueued_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            last_read_at TIMESTAMP WITH TIME ZONE,
+            archived_at  TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+            vt           TIMESTAMP WITH TIME ZONE NOT NULL,
+            message      JSONB,
+            headers      JSONB
+        ) PARTITION BY RANGE (%I)$q$,
+        v_atable, v_acol);
+    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                   'archived_at_idx_' || queue_name, v_atable);
+    IF v_acol = 'msg_id' THEN
+        IF to_regclass(format('pgmq.%I', v_atable || '_part_idx')) IS NULL THEN
+            EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (msg_id)$q$,
+                           v_atable || '_part_idx', v_atable);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.part_config WHERE parent_table = $1)', v_partman)
+    INTO v_configured
+    USING v_aparent;
+    IF NOT v_configured THEN
+        EXECUTE format(
+            $q$SELECT %I.create_parent(p_parent_table := $1, p_control := $2, p_type := $3,
+                                      p_interval := $4, p_premake := $5, p_start_partition := $6)$q$,
+            v_partman)
+        USING v_aparent, v_acol, v_type, pg_catalog.btrim(partition_interval), premake, NULL::text;
+    END IF;
+    EXECUTE format(
+        $q$UPDATE %I.part_config
+           SET retention = $2,
+               retention_keep_table = false,
+               retention_keep_index = $3,
+               infinite_time_partitions = $4,
+               premake = $5,
+               automatic_maintenance = 'on'
+         WHERE parent_table = $1$q$,
+        v_partman)
+    USING v_aparent, pg_catalog.btrim(retention_interval), true, v_acol <> 'msg_id', premake;
+
+    INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
+    VALUES (queue_name, true, false)
+    ON CONFLICT DO NOTHING;
+    INSERT INTO pgmq.queue_owners (queue_name, owner)
+    VALUES (queue_name, current_user)
+    ON CONFLICT DO NOTHING;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._build_fifo_index(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+    v_rel    regclass := format('pgmq.%I', v_qtable)::regclass;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- One builder at a time (two would both find no index and both create it: 23505); the
+    -- strongest lock first, as CREATE INDEX's SHARE lock holds off writers anyway.
+    EXECUTE format('LOCK TABLE pgmq.%I IN SHARE ROW EXCLUSIVE MODE', v_qtable);
+    IF to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx')) IS NOT NULL
+       AND NOT EXISTS (
+               SELECT 1
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_am a ON a.oid = c.relam
+               WHERE i.indrelid = v_rel
+                 AND c.relname = v_qtable || '_fifo_idx'
+                 AND a.amname = 'btree'
+                 AND i.indkey[0] = 0
+                 AND i.indisvalid
+           ) THEN
+        EXECUTE format('DROP INDEX pgmq.%I', v_qtable || '_fifo_idx');
+    END IF;
+    EXECUTE format(
+        $q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I ((COALESCE(headers ->> 'x-pgmq-group', '_default_fifo_group')), msg_id)$q$,
+        v_qtable || '_fifo_idx', v_qtable);
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._build_fifo_index(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._build_fifo_index(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.create_fifo_indexes_all()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    -- The queues the caller owns (a superuser's: all of them).
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._owns_queue(m.queue_name) ORDER BY m.queue_name LOOP
+        -- a queue dropped since it was listed, or a catalog row without tables, is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        PERFORM pgmq.create_fifo_index(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.create_fifo_indexes_all() IS 'Create the FIFO index of every queue the caller owns (idempotent).';
 
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record
@@ -8108,6 +8836,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
     END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN 0;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
         RETURN 0;
     END IF;
@@ -8138,6 +8870,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
     END IF;
 
+    IF NOT pgmq._lock_queue(q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name::text);
+    END IF;  -- first: the lock order (_macros/lifecycle.sql.j2)
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
@@ -8171,6 +8906,30 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.unbind_queue(q_name name, e_name name, e_key text) IS 'Remove a binding (all of the queue''s bindings to the exchange when e_key is NULL).';
+
+CREATE OR REPLACE FUNCTION pgmq.bind_topic(pattern text, queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq.validate_topic_pattern(pattern);
+    IF queue_name IS NULL OR queue_name = '' THEN
+        RAISE EXCEPTION 'queue_name cannot be NULL or empty';
+    END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
+    END IF;
+    PERFORM pgmq._bind('pgmq.topic', queue_name, pattern);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.bind_topic(pattern text, queue_name text) IS 'Route routing keys matching pattern to a queue (idempotent).';
 
 CREATE OR REPLACE FUNCTION pgmq.bind_stream(stream_name text, exchange_name text, binding_key text DEFAULT NULL::text)
 RETURNS void
@@ -8277,6 +9036,93 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.unbind_stream(stream_name text, exchange_name text, binding_key text) IS 'Remove a stream''s binding (all of its bindings to the exchange when binding_key is NULL).';
+
+CREATE OR REPLACE FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- The lock DROP TRIGGER ends up taking, taken first: two callers that both held a weaker one
+    -- while waiting for it would deadlock (and the caller's rows come after the table).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    END IF;
+    -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
+    IF kind = 'insert' AND enable THEN
+        EXECUTE format(
+            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners
+               AFTER INSERT ON pgmq.%I
+               DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners(%L)$q$,
+            v_qtable, queue_name);
+    ELSIF kind = 'insert' THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I', v_qtable);
+    ELSIF kind = 'msg_id' AND enable THEN
+        EXECUTE format(
+            $q$CREATE CONSTRAINT TRIGGER trigger_notify_queue_msg_id
+               AFTER INSERT ON pgmq.%I
+               DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION pgmq._notify_msg_id(%L)$q$,
+            v_qtable, queue_name);
+    ELSIF kind = 'msg_id' THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_msg_id ON pgmq.%I', v_qtable);
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = format('unknown trigger kind %s', kind);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_notify_trigger(queue_name text, kind text, enable boolean) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq.format_table_name(queue_name, 'q');
+BEGIN
+    -- Upstream's checks and texts. A NULL throttle fails on the throttle table (23502) as there.
+    IF throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative';
+    END IF;
+    -- The meta row too: a case twin ('Jobs' of 'jobs') finds the same table but is no queue.
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
+    END IF;
+
+    PERFORM pgmq.disable_notify_insert(queue_name);
+    -- Again, now that the table is locked (_set_notify_trigger): a queue dropped meanwhile gets
+    -- no throttle row (the lock order, _macros/lifecycle.sql.j2).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
+    END IF;
+    INSERT INTO pgmq.notify_insert_throttle AS t (queue_name, throttle_interval_ms)
+    VALUES (queue_name, throttle_interval_ms)
+    ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
+        SET throttle_interval_ms = EXCLUDED.throttle_interval_ms,
+            last_notified_at = to_timestamp(0);
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_notify_trigger(queue_name, 'insert', true);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_notify_insert(queue_name text, throttle_interval_ms integer) IS 'Notify channel pgmq.q_<queue_name>.INSERT on committed inserts, at most once per throttle_interval_ms.';
 
 CREATE FUNCTION pgmq._payload_type_of(queue_name text)
 RETURNS regtype
@@ -8880,8 +9726,14 @@ DECLARE
     v_args     oidvector;
     v_owner    name;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    IF NOT (CASE WHEN pgmq._lock_queue(q_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) ELSE false END) THEN
+        IF q_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
     IF proc IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_function',
@@ -8988,9 +9840,12 @@ BEGIN
 END;') THEN
         RETURN;
     END IF;
-    -- One maker at a time per role; a second one finds the runner made.
+    -- One maker at a time per role; a second one finds the runner made (in pg_proc itself:
+    -- to_regprocedure may answer from a catalog cache that misses what the first one made).
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
-    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+    SELECT p.oid::regprocedure INTO v_fn FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'pgmq'::regnamespace AND p.proname = v_name::name
+      AND p.pronargs = 2 AND p.proargtypes[0] = 'pg_catalog.text'::regtype AND p.proargtypes[1] = 'pg_catalog.jsonb'::regtype;
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
@@ -9312,6 +10167,9 @@ BEGIN
         v_idle := true;
         FOREACH v_queue IN ARRAY v_queues LOOP
             EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
+            -- its table first (the lock order, _macros/lifecycle.sql.j2): a queue dropped since
+            -- it was listed, or a catalog row without tables, is skipped
+            CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
             v_outcome := pgmq._dispatch_one(v_queue);
             IF v_outcome IS NOT NULL THEN
                 v_idle := false;
@@ -9347,7 +10205,8 @@ AS $fn$
 DECLARE
     v_changed boolean;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) ELSE false END) THEN
         IF pause.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -9377,7 +10236,8 @@ AS $fn$
 DECLARE
     v_changed boolean;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(resume.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) ELSE false END) THEN
         IF resume.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -9466,8 +10326,8 @@ AS $fn$
 DECLARE
     v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_atable  text := pgmq._format_table_name(queue_name, 'a');
-    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
-    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
+    v_q       regclass;
+    v_a       regclass;
     v_now     timestamptz := clock_timestamp();
     v_set     record;
     v_msgs    record;
@@ -9481,6 +10341,13 @@ DECLARE
     v_est     boolean;
     v_cb      record;
 BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
     -- a dead-letter queue counts while the retry policy that names it is in force
     SELECT coalesce(bool_or(s.paused), false) AS paused,
            max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
@@ -9501,7 +10368,8 @@ BEGIN
     USING v_now;
 
     -- counted for a caller that may read it (a queue's readers need not: NULL then)
-    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT') THEN
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
+       AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
         v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
         v_dlq_n := v_dlq.row_count;
         v_est := v_est OR v_dlq.estimated;
@@ -9561,7 +10429,8 @@ AS $fn$
 BEGIN
     IF queue_name IS NOT NULL THEN
         PERFORM pgmq._format_table_name(queue_name, 'q');
-        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
             IF queue_metrics.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -9581,6 +10450,7 @@ BEGIN
             AND pgmq._queue_privilege(m.queue_name, 'SELECT')
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
     ORDER BY q.name;
 END;
 $fn$;
@@ -9595,7 +10465,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(browse.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) ELSE false END) THEN
         IF browse.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -9631,7 +10502,8 @@ DECLARE
 BEGIN
     PERFORM pgmq._format_table_name(source_queue, 'q');
     PERFORM pgmq._format_table_name(target_queue, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
         IF move_messages.source_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -9639,7 +10511,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
         IF move_messages.target_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -9696,6 +10569,97 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
+
+CREATE OR REPLACE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_owner  name;
+    v_obj    record;
+    v_role   oid;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
+    END IF;
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
+    IF role_name IS NULL THEN
+        FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+            FOR v_role IN SELECT DISTINCT a.grantee
+                          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                          WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
+                            AND a.grantee <> c.relowner
+                            AND a.grantee NOT IN (SELECT r.oid FROM pg_catalog.pg_roles r
+                                                  WHERE r.rolname IN (v_owner, 'pg_monitor'))
+            LOOP
+                IF v_role = 0 THEN
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    END IF;
+                ELSE
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        RETURN;
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF role_name = v_owner AND allow THEN
+        RETURN;  -- it has every privilege of a queue already
+    ELSIF role_name = v_owner THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
+            MESSAGE = format('role "%s" owns queue "%s": its access cannot be revoked', role_name, queue_name);
+    END IF;
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+        IF allow AND role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO PUBLIC', v_obj.object_name);
+            END IF;
+        ELSIF allow THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, role_name);
+            END IF;
+        ELSIF role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            END IF;
+        ELSE
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) TO PUBLIC;
 
 CREATE OR REPLACE PROCEDURE pgmq.grant_publish_access(exchange_name name, role_name name)
 LANGUAGE plpgsql

@@ -391,7 +391,9 @@ BEGIN
 END;
 $fn$;
 
--- acquire_queue_lock: serialises create and drop of one queue until the transaction ends.
+-- acquire_queue_lock: serialises create and drop of one queue until the transaction ends. Keyed
+-- by the queue's table name (the name lowercased, upstream's key for lowercase names): names
+-- differing in case are one queue (_macros/lifecycle.sql.j2).
 CREATE FUNCTION pgmq.acquire_queue_lock(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -399,7 +401,7 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || queue_name));
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || lower(queue_name)));
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.acquire_queue_lock(queue_name text) IS 'Transaction-level lock that serialises create and drop of one queue.';
@@ -422,6 +424,73 @@ BEGIN
     END IF;
     RETURN coalesce(pg_catalog.has_table_privilege(to_regclass(format('pgmq.%I', lower('q_' || queue_name))), privilege),
                     false);
+END;
+$fn$;
+
+-- features/core/functions/locks.sql.j2
+-- _queue_name_of: the catalog name (pgmq.meta) of the queue whose table `queue_name` names, in
+-- any spelling: the row of exactly that name, else the one differing only in case; NULL when
+-- there is none.
+CREATE FUNCTION pgmq._queue_name_of(queue_name text)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT coalesce((SELECT m.queue_name::text FROM pgmq.meta m WHERE m.queue_name = $1),
+                (SELECT m.queue_name::text FROM pgmq.meta m
+                 WHERE lower(m.queue_name) = lower($1) ORDER BY m.queue_name LIMIT 1))
+$fn$;
+
+-- _lock_queue: locks the queue's table for the rest of the transaction, so that it stays (a
+-- drop_queue waits); false when it does not exist or was dropped meanwhile. In the weakest mode
+-- LOCK TABLE allows the caller: ACCESS SHARE with SELECT, else ROW EXCLUSIVE; a caller with
+-- neither privilege cannot lock it (its statements on the queue fail with 42501) and is told
+-- whether it exists. LOCK TABLE looks the name up afresh (to_regclass may answer from a catalog
+-- cache that misses what a transaction this one waited for did). `changes_table`: for a caller
+-- that goes on to change the table's catalog row (GRANT, REVOKE), SHARE UPDATE EXCLUSIVE instead,
+-- its strongest lock taken first (one such caller at a time, none during DDL or TRUNCATE, which
+-- would fail it with XX000 "tuple concurrently updated"; senders and readers are not held up).
+CREATE FUNCTION pgmq._lock_queue(queue_name text, changes_table boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_table text := lower('q_' || queue_name);
+BEGIN
+    IF octet_length(v_table) >= 64 THEN
+        RETURN false;  -- longer than any queue's (and LOCK TABLE would NOTICE the truncation)
+    END IF;
+    IF changes_table THEN
+        BEGIN
+            EXECUTE format('LOCK TABLE pgmq.%I IN SHARE UPDATE EXCLUSIVE MODE', v_table);
+            RETURN true;
+        EXCEPTION WHEN undefined_table THEN
+            RETURN false;
+        END;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS SHARE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no SELECT
+    END;
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ROW EXCLUSIVE MODE', v_table);
+        RETURN true;
+    EXCEPTION
+        WHEN undefined_table THEN
+            RETURN false;
+        WHEN insufficient_privilege THEN
+            NULL;  -- no privilege on the table at all
+    END;
+    RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_table)::name);
 END;
 $fn$;
 
@@ -550,7 +619,7 @@ $fn$;
 -- _create_queue_for: makes a plain queue for the proven caller. SECURITY DEFINER: the tables
 -- belong to the extension's owner (a queue's owner must not be able to attach code to them);
 -- the caller becomes the queue's owner in queue_owners and gets table privileges. An existing
--- queue is left as it is (another role's: with a WARNING).
+-- queue is left as it is (another role's: with a WARNING, also to a role that may complete it).
 CREATE FUNCTION pgmq._create_queue_for(queue_name text, unlogged boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -568,8 +637,12 @@ DECLARE
     v_obj      record;
 BEGIN
     PERFORM pgmq.validate_queue_name(queue_name);
-    PERFORM pgmq.acquire_queue_lock(queue_name);
+    PERFORM pgmq.acquire_queue_lock(queue_name);  -- every spelling: creates in two wait
 
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name);
+    END IF;
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
     WHERE lower(m.queue_name) = lower(_create_queue_for.queue_name)
@@ -579,12 +652,18 @@ BEGIN
     END IF;
     -- Creating is idempotent, but not silently so when the queue is another role's.
     SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_queue_for.queue_name;
-    v_new := to_regclass(format('pgmq.%I', v_qtable)) IS NULL;
-    IF NOT v_new AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
-        v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
-                                      WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable))));
-        RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
-        RETURN;  -- not ours to complete
+    v_new := NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name);
+    IF NOT v_new THEN
+        IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> v_caller THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
     END IF;
 
     IF unlogged THEN
@@ -628,10 +707,24 @@ BEGIN
             headers      JSONB
         )$q$,
         v_atable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
-                   v_qtable || '_vt_idx', v_qtable);
-    EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
-                   'archived_at_idx_' || queue_name, v_atable);
+    -- An existing index gets upstream's NOTICE without CREATE INDEX IF NOT EXISTS, whose SHARE
+    -- lock would be held to the end of the caller's transaction, then a create(q) followed by a
+    -- setting deadlocks with a transaction that changes that setting and then sends
+    -- (_macros/lifecycle.sql.j2).
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable || '_vt_idx')::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', v_qtable || '_vt_idx' USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (vt ASC)$q$,
+                       v_qtable || '_vt_idx', v_qtable);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = ('archived_at_idx_' || queue_name)::name) THEN
+        RAISE NOTICE 'relation "%" already exists, skipping', 'archived_at_idx_' || queue_name USING ERRCODE = 'duplicate_table';
+    ELSE
+        EXECUTE format($q$CREATE INDEX IF NOT EXISTS %I ON pgmq.%I (archived_at)$q$,
+                       'archived_at_idx_' || queue_name, v_atable);
+    END IF;
 
     INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged)
     VALUES (queue_name, false, unlogged)
@@ -692,7 +785,8 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.create(queue_name text) IS 'Create a queue (idempotent).';
 
--- drop_queue: drops the queue and archive tables and its catalog rows.
+-- drop_queue: drops the queue and archive tables and its catalog rows. Any spelling of the name
+-- drops the queue its table belongs to (_macros/lifecycle.sql.j2).
 CREATE FUNCTION pgmq.drop_queue(queue_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -702,23 +796,26 @@ AS $fn$
 DECLARE
     v_qtable      text := pgmq.format_table_name(queue_name, 'q');
     v_atable      text := pgmq.format_table_name(queue_name, 'a');
+    v_name        text;
     v_partitioned boolean;
     v_partman     text;
     v_template    text;
 BEGIN
     PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_name := coalesce(pgmq._queue_name_of(queue_name), queue_name);
 
     SELECT m.is_partitioned INTO v_partitioned
     FROM pgmq.meta m
-    WHERE m.queue_name = drop_queue.queue_name;
+    WHERE m.queue_name = v_name;
 
-    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL THEN
-        DELETE FROM pgmq.meta m WHERE m.queue_name = drop_queue.queue_name;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(drop_queue.queue_name);
         RAISE NOTICE 'pgmq queue `%` does not exist', queue_name;
         RETURN false;
     END IF;
     -- Checked before anything is changed; _drop_queue_tables checks again for itself.
-    IF NOT pgmq._owns_queue(queue_name) THEN
+    IF NOT pgmq._owns_queue(v_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
 
@@ -747,14 +844,15 @@ BEGIN
     END IF;
 
     PERFORM pgmq._prove_caller();
-    PERFORM pgmq._drop_queue_tables(queue_name);
+    PERFORM pgmq._drop_queue_tables(v_name);
     RETURN true;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.drop_queue(queue_name text) IS 'Drop a queue, its archive and its settings; false when it does not exist.';
 
 -- _drop_queue_tables: drops a queue's tables (they belong to the extension's owner, hence
--- SECURITY DEFINER) and its catalog rows, for the queue's owner.
+-- SECURITY DEFINER) and its catalog rows (every spelling's), for the queue's owner. The tables
+-- are locked first (lock_for_drop), the rows after them: the lock order.
 CREATE FUNCTION pgmq._drop_queue_tables(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -766,10 +864,33 @@ DECLARE
     v_caller name;
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
     v_atable text := pgmq.format_table_name(queue_name, 'a');
+    v_step   text;
+    v_pause  double precision;
 BEGIN
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        v_pause := 0.001;
+        LOOP
+            BEGIN
+                v_step := 'q';
+                EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+                v_step := 'a';
+                IF to_regclass(format('pgmq.%I', v_atable)) IS NOT NULL THEN
+                    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_atable);
+                END IF;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                IF v_step = 'q' THEN
+                    RAISE;
+                END IF;
+            END;
+            PERFORM pg_sleep(v_pause * (0.5 + random()));
+            v_pause := least(v_pause * 2, 0.1);
+        END LOOP;
     END IF;
     -- Queues made by releases before upstream 1.6 were extension members; a member table
     -- cannot be dropped until it leaves the extension.
@@ -783,7 +904,7 @@ BEGIN
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_qtable);
     EXECUTE format('DROP TABLE IF EXISTS pgmq.%I', v_atable);
     -- Rows in other catalog tables reference meta with ON DELETE CASCADE.
-    DELETE FROM pgmq.meta m WHERE m.queue_name = _drop_queue_tables.queue_name;
+    DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_drop_queue_tables.queue_name);
 END;
 $fn$;
 REVOKE ALL ON FUNCTION pgmq._drop_queue_tables(queue_name text) FROM PUBLIC;
@@ -817,6 +938,9 @@ DECLARE
     v_qtable text := pgmq.format_table_name(queue_name, 'q');
     v_count  bigint;
 BEGIN
+    -- TRUNCATE's lock first: two purges (or a purge and a drop) that each held the count's
+    -- weaker lock while waiting for it would deadlock (the lock order, _macros/lifecycle.sql.j2).
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
     EXECUTE format('SELECT count(*) FROM pgmq.%I', v_qtable) INTO v_count;
     EXECUTE format('TRUNCATE pgmq.%I', v_qtable);
     RETURN v_count;
@@ -1646,6 +1770,10 @@ DECLARE
     v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_trigger name;
 BEGIN
+    -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _enable_priorities_for.queue_name) THEN
         RETURN;
     END IF;
@@ -1682,7 +1810,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(enable_priorities.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) ELSE false END) THEN
         IF enable_priorities.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -2306,7 +2435,15 @@ BEGIN
                                  THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
     END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
-    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name($5, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name($5, 'q')), 'msg_id') END;
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+     JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                AND d.deptype IN ('a', 'i')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, 'q')::pg_catalog.name);
     RETURN v_value;
 
 END;
@@ -3814,7 +3951,15 @@ BEGIN
                                  THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
     END, 0) FROM k
     RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
-    INTO v_value USING $1, $2, $3, $4, $5, CASE WHEN to_regclass(format(''pgmq.%I'', pgmq._format_table_name($5, ''q''))) IS NOT NULL THEN pg_get_serial_sequence(format(''pgmq.%I'', pgmq._format_table_name($5, ''q'')), ''msg_id'') END;
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
     RETURN v_value;
 
 END;
@@ -3841,7 +3986,15 @@ END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), CASE WHEN to_regclass(format('pgmq.%I', pgmq._format_table_name(n.name, 'q'))) IS NOT NULL THEN pg_get_serial_sequence(format('pgmq.%I', pgmq._format_table_name(n.name, 'q')), 'msg_id') END, n.name)
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+ FROM pg_catalog.pg_class t
+ JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+ JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                            AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                            AND d.deptype IN ('a', 'i')
+ JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+ JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+ WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name), n.name)
                   FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
             '$5')),
         '/*@routed@*/', cardinality(v_names)::text);
@@ -6163,12 +6316,25 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_qtable text := pgmq.format_table_name(queue_name, 'q');
-    v_atable text := pgmq.format_table_name(queue_name, 'a');
-    v_result pgmq.metrics_result;
-    v_total  bigint;
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_atable  text := pgmq.format_table_name(queue_name, 'a');
+    v_counts  record;
+    v_total   bigint;
     v_default_length bigint;
 BEGIN
+    -- The count first: its lock keeps the queue table, and the sequence it owns, until the
+    -- transaction ends (a drop waits), so the lookups after it never meet a dropped OID.
+    EXECUTE format(
+        $q$SELECT count(*) AS queue_length,
+                  CASE WHEN max(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END AS newest,
+                  CASE WHEN min(enqueued_at) IS NOT NULL
+     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END AS oldest,
+                  count(*) FILTER (WHERE vt <= now()) AS visible
+           FROM pgmq.%I$q$,
+        v_qtable)
+    INTO v_counts;
+
     v_total := coalesce(pg_sequence_last_value(
         pg_get_serial_sequence(format('pgmq.%I', v_qtable), 'msg_id')::regclass), 0);
 
@@ -6179,42 +6345,30 @@ BEGIN
       AND c.oid IN (to_regclass(format('pgmq.%I', v_qtable || '_default')),
                     to_regclass(format('pgmq.%I', v_atable || '_default')));
 
-    EXECUTE format(
-        $q$SELECT $1::text,
-                  count(*),
-                  CASE WHEN max(enqueued_at) IS NOT NULL
-     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM max(enqueued_at)), -2147483648), 2147483647)::int END,
-                  CASE WHEN min(enqueued_at) IS NOT NULL
-     THEN least(greatest(extract(epoch FROM now()) - extract(epoch FROM min(enqueued_at)), -2147483648), 2147483647)::int END,
-                  $2::bigint,
-                  now(),
-                  count(*) FILTER (WHERE vt <= now()),
-                  $3::bigint
-           FROM pgmq.%I$q$,
-        v_qtable)
-    INTO v_result
-    USING queue_name, v_total, v_default_length;
-    RETURN v_result;
+    RETURN (queue_name, v_counts.queue_length, v_counts.newest, v_counts.oldest, v_total, now(),
+            v_counts.visible, v_default_length)::pgmq.metrics_result;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible length, ages and totals of one queue.';
 
 -- metrics_all: metrics of every queue the caller may read, by name (a role with access to
--- some queues gets theirs instead of a permission error for the others).
+-- some queues gets theirs instead of a permission error for the others). Each queue's table is
+-- locked first: one dropped since the list was read is left out.
 CREATE FUNCTION pgmq.metrics_all()
 RETURNS SETOF pgmq.metrics_result
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_queue text;
 BEGIN
-    RETURN QUERY
-    SELECT r.*
-    FROM (SELECT q.queue_name FROM pgmq.meta q
-          WHERE pgmq._queue_privilege(q.queue_name, 'SELECT')
-          OFFSET 0) m  -- OFFSET 0: filter before calling metrics()
-    CROSS JOIN LATERAL pgmq.metrics(m.queue_name::text) r
-    ORDER BY m.queue_name;
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                   ORDER BY m.queue_name LOOP
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
+    END LOOP;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
@@ -6294,7 +6448,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) ELSE false END) THEN
         IF set_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6334,7 +6489,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(remove_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) ELSE false END) THEN
         IF remove_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6358,7 +6514,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) ELSE false END) THEN
         IF set_dedup_window.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6383,7 +6540,8 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) ELSE false END) THEN
         IF set_message_ttl.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6440,7 +6598,8 @@ $fn$;
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
 -- reads check every row (queues without the mark take the plain read). Checked before writing
 -- so that senders do not queue up on the settings row; the sender's hot path asks first
--- (unless_flagged in _macros/queue.sql.j2), so this runs about once per queue.
+-- (unless_flagged in _macros/queue.sql.j2), so this runs about once per queue. The queue's table
+-- is locked before the row (the lock order, _macros/lifecycle.sql.j2).
 CREATE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -6448,6 +6607,9 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;  -- no queue: the send's insert raises upstream's error
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
                    WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
         PERFORM pgmq._prove_caller();
@@ -6494,7 +6656,8 @@ STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(_check_dead_letter_queue.dead_letter_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) ELSE false END) THEN
         IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -7093,6 +7256,9 @@ BEGIN
         WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
         ORDER BY m.queue_name
     LOOP
+        -- the table locked first (the lock order, _macros/lifecycle.sql.j2); a queue whose table
+        -- is gone (dropped meanwhile, or a catalog row left behind) is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
         EXECUTE format(
             $q$SELECT array_agg(msg_id) FROM (
                 SELECT msg_id FROM pgmq.%I
@@ -7439,6 +7605,7 @@ DECLARE
     v_configured boolean;
     v_existing   text;
     v_keydef     text;
+    v_owner      name;
 BEGIN
     -- upstream's checks, in upstream's order
     PERFORM pgmq.validate_queue_name(queue_name);
@@ -7483,6 +7650,10 @@ BEGIN
     v_partman := pgmq._get_pg_partman_schema();
     v_type := CASE WHEN pgmq._get_pg_partman_major_version() >= 5 THEN 'range' ELSE 'native' END;
 
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        DELETE FROM pgmq.meta m WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name);
+    END IF;
     SELECT m.queue_name INTO v_existing
     FROM pgmq.meta m
     WHERE lower(m.queue_name) = lower(_create_partitioned.queue_name)
@@ -7504,6 +7675,21 @@ BEGIN
     WHERE c.oid = to_regclass(format('pgmq.%I', v_qtable));
     IF v_keydef IS NOT NULL AND v_keydef <> format('RANGE (%I)', v_col) THEN
         RAISE EXCEPTION 'queue "%" is already partitioned by %, not by %', queue_name, v_keydef, v_col;
+    END IF;
+
+    -- Creating is idempotent, but not silently so when the queue is another role's.
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _create_partitioned.queue_name;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgmq'::regnamespace AND c.relname = (v_qtable)::name) THEN
+        IF NOT pgmq._role_owns_queue(current_user, queue_name) THEN
+            v_owner := coalesce(v_owner, (SELECT c.relowner::regrole::name FROM pg_catalog.pg_class c
+                                              WHERE c.relnamespace = 'pgmq'::regnamespace
+                                                AND c.relname = (v_qtable)::name));
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+            RETURN;  -- not ours to complete
+        ELSIF v_owner <> current_user THEN
+            RAISE WARNING 'queue "%" already exists and belongs to role "%"', queue_name, v_owner;
+        END IF;
     END IF;
 
     -- The queue table: upstream's columns, no primary key, identity BY DEFAULT. Upstream's
@@ -7926,6 +8112,9 @@ BEGIN
     IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- One builder at a time (two would both find no index and both create it: 23505); the
+    -- strongest lock first, as CREATE INDEX's SHARE lock holds off writers anyway.
+    EXECUTE format('LOCK TABLE pgmq.%I IN SHARE ROW EXCLUSIVE MODE', v_qtable);
     IF to_regclass(format('pgmq.%I', v_qtable || '_fifo_idx')) IS NOT NULL
        AND NOT EXISTS (
                SELECT 1
@@ -7974,6 +8163,8 @@ BEGIN
     -- The queues the caller owns (a superuser's: all of them).
     FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
                    WHERE pgmq._owns_queue(m.queue_name) ORDER BY m.queue_name LOOP
+        -- a queue dropped since it was listed, or a catalog row without tables, is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
         PERFORM pgmq.create_fifo_index(v_queue);
     END LOOP;
 END;
@@ -11853,6 +12044,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('exchange "%s" does not exist', _unbind.exchange_name);
     END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN 0;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _unbind.queue_name) THEN
         RETURN 0;
     END IF;
@@ -11884,6 +12079,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'exchange name cannot be NULL';
     END IF;
 
+    IF NOT pgmq._lock_queue(q_name::text) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name::text);
+    END IF;  -- first: the lock order (_macros/lifecycle.sql.j2)
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name::text) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
@@ -11929,6 +12127,10 @@ BEGIN
     PERFORM pgmq.validate_topic_pattern(pattern);
     IF queue_name IS NULL OR queue_name = '' THEN
         RAISE EXCEPTION 'queue_name cannot be NULL or empty';
+    END IF;
+    -- the table first: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = bind_topic.queue_name) THEN
         RAISE EXCEPTION 'Queue "%" does not exist. Create the queue first using pgmq.create()', queue_name;
@@ -12467,6 +12669,11 @@ BEGIN
     IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL AND NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- The lock DROP TRIGGER ends up taking, taken first: two callers that both held a weaker one
+    -- while waiting for it would deadlock (and the caller's rows come after the table).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NOT NULL THEN
+        EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    END IF;
     -- Trigger arguments are part of the DDL text; DDL takes no parameters, hence %L.
     IF kind = 'insert' AND enable THEN
         EXECUTE format(
@@ -12515,6 +12722,12 @@ BEGIN
     END IF;
 
     PERFORM pgmq.disable_notify_insert(queue_name);
+    -- Again, now that the table is locked (_set_notify_trigger): a queue dropped meanwhile gets
+    -- no throttle row (the lock order, _macros/lifecycle.sql.j2).
+    IF to_regclass(format('pgmq.%I', v_qtable)) IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_notify_insert.queue_name) THEN
+        RAISE EXCEPTION 'Queue "%" does not exist. Create it first using pgmq.create()', queue_name;
+    END IF;
     INSERT INTO pgmq.notify_insert_throttle AS t (queue_name, throttle_interval_ms)
     VALUES (queue_name, throttle_interval_ms)
     ON CONFLICT ON CONSTRAINT notify_insert_throttle_queue_name_key DO UPDATE
@@ -13645,8 +13858,14 @@ DECLARE
     v_args     oidvector;
     v_owner    name;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', q_name);
+    IF NOT (CASE WHEN pgmq._lock_queue(q_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) ELSE false END) THEN
+        IF q_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
     IF proc IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_function',
@@ -13757,9 +13976,12 @@ BEGIN
 END;') THEN
         RETURN;
     END IF;
-    -- One maker at a time per role; a second one finds the runner made.
+    -- One maker at a time per role; a second one finds the runner made (in pg_proc itself:
+    -- to_regprocedure may answer from a catalog cache that misses what the first one made).
     PERFORM pg_advisory_xact_lock(hashtext('pgmq.callback_runner'), hashtext(role_name));
-    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_name));
+    SELECT p.oid::regprocedure INTO v_fn FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'pgmq'::regnamespace AND p.proname = v_name::name
+      AND p.pronargs = 2 AND p.proargtypes[0] = 'pg_catalog.text'::regtype AND p.proargtypes[1] = 'pg_catalog.jsonb'::regtype;
     IF v_fn IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
         WHERE p.oid = v_fn AND p.prosecdef
           AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)
@@ -14093,6 +14315,9 @@ BEGIN
         v_idle := true;
         FOREACH v_queue IN ARRAY v_queues LOOP
             EXIT WHEN v_count OPERATOR(pg_catalog.>=) max_messages;
+            -- its table first (the lock order, _macros/lifecycle.sql.j2): a queue dropped since
+            -- it was listed, or a catalog row without tables, is skipped
+            CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
             v_outcome := pgmq._dispatch_one(v_queue);
             IF v_outcome IS NOT NULL THEN
                 v_idle := false;
@@ -14157,7 +14382,8 @@ AS $fn$
 DECLARE
     v_changed boolean;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) ELSE false END) THEN
         IF pause.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14186,7 +14412,8 @@ AS $fn$
 DECLARE
     v_changed boolean;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(resume.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) ELSE false END) THEN
         IF resume.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14375,8 +14602,8 @@ AS $fn$
 DECLARE
     v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_atable  text := pgmq._format_table_name(queue_name, 'a');
-    v_q       regclass := format('pgmq.%I', v_qtable)::regclass;
-    v_a       regclass := to_regclass(format('pgmq.%I', v_atable));
+    v_q       regclass;
+    v_a       regclass;
     v_now     timestamptz := clock_timestamp();
     v_set     record;
     v_msgs    record;
@@ -14390,6 +14617,13 @@ DECLARE
     v_est     boolean;
     v_cb      record;
 BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
     -- a dead-letter queue counts while the retry policy that names it is in force
     SELECT coalesce(bool_or(s.paused), false) AS paused,
            max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
@@ -14410,7 +14644,8 @@ BEGIN
     USING v_now;
 
     -- counted for a caller that may read it (a queue's readers need not: NULL then)
-    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT') THEN
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
+       AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
         v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
         v_dlq_n := v_dlq.row_count;
         v_est := v_est OR v_dlq.estimated;
@@ -14470,7 +14705,8 @@ AS $fn$
 BEGIN
     IF queue_name IS NOT NULL THEN
         PERFORM pgmq._format_table_name(queue_name, 'q');
-        IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) THEN
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
             IF queue_metrics.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -14490,6 +14726,7 @@ BEGIN
             AND pgmq._queue_privilege(m.queue_name, 'SELECT')
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
     ORDER BY q.name;
 END;
 $fn$;
@@ -14504,7 +14741,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(browse.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) ELSE false END) THEN
         IF browse.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14539,7 +14777,8 @@ DECLARE
 BEGIN
     PERFORM pgmq._format_table_name(source_queue, 'q');
     PERFORM pgmq._format_table_name(target_queue, 'q');
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
         IF move_messages.source_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14547,7 +14786,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
         IF move_messages.target_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14624,8 +14864,8 @@ DECLARE
     v_obj    record;
     v_role   oid;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text)
-       OR to_regclass(format('pgmq.%I', pgmq._format_table_name(_set_queue_access.queue_name::text, 'q'))) IS NULL THEN
+    IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
     END IF;
     v_caller := pgmq._proven_caller();

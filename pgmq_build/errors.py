@@ -111,6 +111,10 @@ DECLARED: dict[str, Declared] = {
     "queue_of_other_role": Declared(
         'queue "%" already exists and belongs to role "%"', "refusal", level="WARNING",
         why="queues have owners here; creating one another role owns does not complete it"),
+    "relation_exists_skipping": Declared(
+        'relation "%" already exists, skipping', "postgres", level="NOTICE", condition="duplicate_table",
+        why="CREATE INDEX IF NOT EXISTS's NOTICE for an index create finds made: raised without that "
+            "statement, whose SHARE lock would last to the end of the caller's transaction"),
     # ---- sending
     "msgs_empty": _u("msgs cannot be NULL or empty", ours="invalid_parameter_value"),
     "headers_length": _u("headers array length (%) must match msgs array length (%)",

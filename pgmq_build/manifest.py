@@ -263,6 +263,7 @@ CORE = Feature(
         "tables.sql.j2",
         "ownership.sql.j2",
         "functions/helpers.sql.j2",
+        "functions/locks.sql.j2",
         "functions/ownership.sql.j2",
         "functions/queue_admin.sql.j2",
         "functions/send.sql.j2",
@@ -374,7 +375,7 @@ CALLERS_PATH = "resolves the callback's name in the caller's search_path"
 ROUTINES = policies(
     # core: helpers, ownership (templates/_macros/ownership.sql.j2), queue management
     "_extension_exists", "_belongs_to_pgmq", "format_table_name", "validate_queue_name",
-    "_format_table_name", "_validate_queue_name", "acquire_queue_lock",
+    "_format_table_name", "_validate_queue_name", "acquire_queue_lock", "_queue_name_of", "_lock_queue",
     "_is_trusted", "_role_owns_queue", "_owns_queue", "_prove_caller", "_proven_caller",
     "_queue_objects", "_queue_privilege",
     "create_non_partitioned", "create_unlogged", "create",

@@ -329,8 +329,8 @@ CREATE_AGAIN = tuple(("NOTICE", EXISTS.format(r)) for r in ("q_jobs", "a_jobs", 
 PART_AGAIN = tuple(("NOTICE", EXISTS.format(r)) for r in ("q_p", "q_p_part_idx", "a_p", "archived_at_idx_p"))
 
 NOTICES: list[Case] = [
-    *(ok(f"SELECT pgmq.{fn}('jobs')", notices=CREATE_AGAIN) for fn in ("create", "create_non_partitioned",
-                                                                     "create_unlogged")),
+    *(ok(f"SELECT pgmq.{fn}('jobs')", notices=CREATE_AGAIN, key="relation_exists_skipping")
+      for fn in ("create", "create_non_partitioned", "create_unlogged")),
     *(ok(f"SELECT pgmq.{fn}('fresh')", setup=()) for fn in ("create", "create_non_partitioned", "create_unlogged")),
     ok("SELECT pgmq.drop_queue('nope')", False, (("NOTICE", "pgmq queue `nope` does not exist"),), key="drop_missing"),
     ok("SELECT pgmq.drop_queue('jobs')", True),
@@ -612,6 +612,9 @@ SELECT pgmq._validate_queue_name('jobs')
 SELECT pgmq.format_table_name('jobs', 'q')
 SELECT pgmq._format_table_name('jobs', 'q')
 SELECT pgmq.acquire_queue_lock('jobs')
+SELECT pgmq._queue_name_of('JOBS')
+SELECT pgmq._lock_queue('jobs')
+SELECT pgmq._lock_queue('jobs', true)
 SELECT pgmq._owns_queue('jobs')
 SELECT pgmq._queue_privilege('jobs', 'SELECT')
 SELECT pgmq._extension_exists('pgmq')
