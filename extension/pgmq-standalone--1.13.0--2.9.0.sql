@@ -460,7 +460,7 @@ AS $fn$
 DECLARE
     v_table text := lower('q_' || queue_name);
 BEGIN
-    IF octet_length(v_table) >= 64 THEN
+    IF v_table IS NULL OR octet_length(v_table) >= 64 THEN  -- (a NULL name: the caller says 22004)
         RETURN false;  -- longer than any queue's (and LOCK TABLE would NOTICE the truncation)
     END IF;
     IF changes_table THEN
@@ -14866,6 +14866,10 @@ DECLARE
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
                  THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
+        IF _set_queue_access.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
         RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
     END IF;
     v_caller := pgmq._proven_caller();
