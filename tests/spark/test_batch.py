@@ -170,9 +170,11 @@ def test_claim_is_materialized_once_then_ack_and_nack(spark, dsn, make_queue, sq
     assert pgmq_spark.ack(done) == pgmq_spark.Finished(n_done, 0)
     assert sql("SELECT count(*) FROM pgmq.a_jobs") == [(n_done,)]
     assert pgmq_spark.nack(failed, "boom") == pgmq_spark.Finished(n_failed, 0)
-    # nacked without a retry policy: visible again at once, with the error recorded
+    # nacked without a retry policy: back after a second (not at once: a failing job would get
+    # them again on every claim), with the error recorded
     assert sql("SELECT count(*) FROM pgmq.q_jobs WHERE headers->>'x-pgmq-last-error' = 'boom' "
-               "AND vt <= clock_timestamp()") == [(n_failed,)]
+               "AND vt > clock_timestamp() AND vt <= clock_timestamp() + interval '1 s'") == [(n_failed,)]
+    sql("UPDATE pgmq.q_jobs SET vt = now() WHERE headers->>'x-pgmq-last-error' = 'boom'")
 
     # the next claim gets the 10 never-claimed plus the nacked ones; delete them
     rest = pgmq_spark.consume(spark, dsn=dsn, queue="jobs", vt=120, max_messages=100)
