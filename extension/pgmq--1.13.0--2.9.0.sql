@@ -6590,6 +6590,23 @@ BEGIN
 END;
 $fn$;
 
+-- _int_header: int_header (_macros/delivery.sql.j2) as a function, for the statements planned on
+-- every run that evaluate it on one row (int_header_of).
+CREATE FUNCTION pgmq._int_header(headers jsonb, key text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (CASE jsonb_typeof($1->$2)
+                 WHEN 'number' THEN least(greatest(($1->$2)::numeric, -2147483648), 2147483647)::integer
+                 WHEN 'string' THEN CASE WHEN ($1->>$2) ~ '^\s*[-+]?[0-9]+\s*$'
+                                         THEN least(greatest(($1->>$2)::numeric, -2147483648), 2147483647)::integer END
+            END);
+END;
+$fn$;
+
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
 -- reads check every row (queues without the mark take the plain read). Checked before writing
 -- so that senders do not queue up on the settings row; the sender's hot path asks first
@@ -7378,11 +7395,7 @@ BEGIN
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           NULL::text AS failed,
                           coalesce(enqueued_at
-                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
-                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
-                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
-                                                                                      END, $6)), false) AS expired
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $6)), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
                          AND ($1::bigint IS NULL OR msg_id = $1)
@@ -7432,11 +7445,7 @@ BEGIN
                                WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
                                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
                           coalesce(enqueued_at
-                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
-                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
-                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
-                                                                                      END, $3)), false) AS expired
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $3)), false) AS expired
                    FROM pgmq.%I
                    WHERE msg_id = $1
                      AND vt <= clock_timestamp()

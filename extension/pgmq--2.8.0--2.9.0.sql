@@ -208,6 +208,7 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq.revoke_publish_access(name, name)
 -- new: pgmq._queue_name_of(text)
 -- new: pgmq._lock_queue(text, boolean)
+-- new: pgmq._int_header(jsonb, text)
 -- new: pgmq._flag_message_limits(text)
 -- new: pgmq._check_dead_letter_queue(text, text)
 -- new: pgmq._check_queue_settings()
@@ -5141,6 +5142,21 @@ BEGIN
 END;
 $fn$;
 
+CREATE FUNCTION pgmq._int_header(headers jsonb, key text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN (CASE jsonb_typeof($1->$2)
+                 WHEN 'number' THEN least(greatest(($1->$2)::numeric, -2147483648), 2147483647)::integer
+                 WHEN 'string' THEN CASE WHEN ($1->>$2) ~ '^\s*[-+]?[0-9]+\s*$'
+                                         THEN least(greatest(($1->>$2)::numeric, -2147483648), 2147483647)::integer END
+            END);
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -5770,11 +5786,7 @@ BEGIN
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
                           NULL::text AS failed,
                           coalesce(enqueued_at
-                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
-                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
-                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
-                                                                                      END, $6)), false) AS expired
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $6)), false) AS expired
                    FROM pgmq.%I
                    WHERE vt <= clock_timestamp()
                          AND ($1::bigint IS NULL OR msg_id = $1)
@@ -5824,11 +5836,7 @@ BEGIN
                                WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
                                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
                           coalesce(enqueued_at
-                                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
-                                                                                           WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
-                                                                                           WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
-                                                                                                                   THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
-                                                                                      END, $3)), false) AS expired
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $3)), false) AS expired
                    FROM pgmq.%I
                    WHERE msg_id = $1
                      AND vt <= clock_timestamp()

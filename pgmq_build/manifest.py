@@ -413,7 +413,7 @@ ROUTINES = policies(
     # delivery
     "set_retry_policy", "remove_retry_policy", "set_dedup_window", "set_message_ttl",
     "list_queue_settings",
-    "_retry_delay", "_note_message_limits",
+    "_retry_delay", "_int_header", "_note_message_limits",
     Policy("_flag_message_limits",
            definer_reason="senders with access to a queue must be able to flag it (it only makes reads "
            "check per-message limits) without the right to change its settings; only for a caller proven "
