@@ -14875,11 +14875,12 @@ DECLARE
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
                  THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
-        IF _set_queue_access.queue_name IS NULL THEN
+        IF _set_queue_access.queue_name::text IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
 
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table', MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name::text);
     END IF;
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
