@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.9.0"
+VERSION = "2.10.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -171,6 +171,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.8.0.sql": "f042e66e137da8e5d44aa8eb916c81c15d72ef5e5c7a0ac275d5f58c6910d796",
         "pgmq-standalone--1.13.0--2.8.0.sql": "4f0a45e55c8414dd3699868162712e902eb4928789c0dd4c3ff456523e538f5d",
         "pgmq-standalone--1.13.1--2.8.0.sql": "0373e5d52c1dc0aa196d80db260919c4337853327dc7b09b2be018b1e9f96b65",
+    }),
+    Release("2.9.0", {
+        "pgmq--2.9.0.sql": "6a8a59f01dbfbf41689dd2ef3502a8035896268b8b774a2b9b0e77733ceaded2",
+        "pgmq-standalone--2.9.0.sql": "63d31ce5e14b070b6d3e7a1b6c84e76c686158b625e394c90d9f489ac5448ddb",
+        "pgmq--2.8.0--2.9.0.sql": "c350a2028bceab40c583faed871c6699bc63d8315b34a7f766c1dedf9b95e9fb",
+        "pgmq-standalone--2.8.0--2.9.0.sql": "d5cbfe43b1cc7ec9b52744f51fe0b0bd115b4d598481d567b090fe4b5fe475bd",
+        "pgmq--1.13.0--2.9.0.sql": "2374c49e0c902b95ec37062ec411ef434698aec7fb35d8d2750c178b353ad411",
+        "pgmq--1.13.1--2.9.0.sql": "784b5c96803c177cda765eadd47beff0284a168264905a09a65d8c66b8e12687",
+        "pgmq-standalone--1.13.0--2.9.0.sql": "f21575a08337fb05798cf3b4171817281d327ce0d0cd7b784cfdefe1b74290bc",
+        "pgmq-standalone--1.13.1--2.9.0.sql": "ce5f6504f7e139cbab598ed57486599a0697f7b5761aeb86269d54751cf30a07",
     }),
 )
 

@@ -94,10 +94,12 @@ def test_extension_and_standalone_forms(files):
     assert "\nALTER EXTENSION pgmq DROP" not in alone
     assert alone.index("DO $check$") < alone.index("ALTER SCHEMA pgmq OWNER TO CURRENT_USER;") < alone.index("pre: ")
     assert alone.rstrip().endswith(f"COMMENT ON SCHEMA pgmq IS 'pgmq {VERSION} (standalone)';")
-    # both forms share the sweep of queue tables with the step from the previous release, then
-    # hand the tables over (one policy: templates/_macros/adopt.sql.j2)
-    step = files[render.upgrade_name(MANIFEST.steps[-1][0], VERSION)]
-    sweep = step[step.index("DO $sweep$"):step.index("$sweep$;")]
+    # both forms run the one sweep of queue tables (templates/_macros/adopt.sql.j2, which the
+    # 2.8.0 -> 2.9.0 step ran too), then hand the tables over
+    for target, text in (("extension", ext), ("standalone", alone)):
+        macro = render.make_env(target).get_template("_macros/adopt.sql.j2").module.sweep_queue_tables()
+        assert macro.strip() in text, target
+    sweep = ext[ext.index("DO $sweep$"):ext.index("$sweep$;")]
     assert sweep in ext and sweep in alone
     assert ext.index("DO $sweep$") < ext.index("DO $handover$")
 
