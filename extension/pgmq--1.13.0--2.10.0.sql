@@ -6784,7 +6784,7 @@ $fn$;
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
 -- reads check every row (queues without the mark take the plain read). Checked before writing
 -- so that senders do not queue up on the settings row; the sender's hot path asks first
--- (unless_flagged in _macros/queue.sql.j2), so this runs about once per queue. The queue's table
+-- (unless_flagged in _macros/headers.sql.j2), so this runs about once per queue. The queue's table
 -- is locked before the row (the lock order, _macros/lifecycle.sql.j2).
 CREATE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
