@@ -9,8 +9,8 @@ in one database, as a reader pasting the page top to bottom would. Each `pgmq-bu
 the ones that serve until stopped are asked over HTTP, then stopped. The `make` lines are the
 set-up commands: CI runs `make test` (.ci/run), which runs `make deps` and `make gates`, and
 tests/integration/test_demo.py runs the demo; any other line of a ```sh block fails the
-inventory test (what cannot run as written is fenced ```text). The README's ```python taste runs
-against the test server too.
+inventory test (what cannot run as written is fenced ```text). The ```python blocks of the README
+and of the Python client guide run against the test server too.
 """
 
 from __future__ import annotations
@@ -65,7 +65,19 @@ def blocks(path: Path, lang: str) -> list[tuple[str, int, str]]:
 
 SQL = [b for f in FILES for b in blocks(f, "sql")]
 SH = [b for f in FILES for b in blocks(f, "sh")]
-PY = blocks(ROOT / "README.md", "python")
+# The ```python blocks that run (client code against the test server); the rest (Spark jobs, alert
+# rules in YAML, ...) are shown only.
+PY = blocks(ROOT / "README.md", "python") + blocks(ROOT / "docs/guides/python-client.md", "python")
+# What a run prints or leaves, checked beyond "it ran": (file, first line's start) -> (stdout
+# text, SQL, its result).
+PY_SHOWS = {
+    ("README.md", "from pgmq_build.client import Client"):
+        ("{'order': 7}", "SELECT count(*) FROM pgmq.a_orders", 1),
+    ("docs/guides/python-client.md", "import threading\n\nfrom pgmq_build"):
+        ("handling {'task': 2}", "SELECT count(*) FROM pgmq.a_jobs", 2),
+    ("docs/guides/python-client.md", "import threading\nfrom datetime"):
+        ("SubscriptionInfo(", "SELECT array_agg(order_id) FROM invoices", [4]),
+}
 
 # What a block shows, checked beyond "it ran": (file, first line's start) -> text psql must print.
 SHOWS = {
@@ -88,7 +100,7 @@ def ids(items: list[tuple]) -> list[str]:
 
 
 def test_the_docs_have_the_examples_this_file_runs():
-    assert len(SQL) >= 11 and len(SH) >= 4 and len(PY) == 1
+    assert len(SQL) >= 11 and len(SH) >= 4 and len(PY) == 3
     for (f, start) in SHOWS:
         firsts = [text.splitlines()[0] for bf, _, text in SQL if bf == f]
         assert sum(first.startswith(start) for first in firsts) == 1, (f, start)
@@ -156,16 +168,18 @@ def test_a_pages_sql_examples_run_one_after_another(fresh_db, file):
 
 @pytest.mark.parametrize("file,line,code", PY, ids=ids(PY))
 def test_python_example_runs_as_written(fresh_db, file, line, code):
-    """The README's taste of the client, with its DSN replaced by the test server's."""
-    dsn = dsn_url(fresh_db)
-    assert '"postgresql://postgres@localhost/app"' in code
-    code = code.replace('"postgresql://postgres@localhost/app"', repr(dsn))
+    """Client code of the docs, with its DSN replaced by the test server's."""
+    literal = '"postgresql://postgres@localhost/app"'
+    assert literal in code, f"{file}:{line}: the example's DSN is {literal}"
+    code = code.replace(literal, repr(dsn_url(fresh_db)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, f"{file}:{line} failed:\n{out.stderr}"
-    assert "{'order': 7}" in out.stdout, out.stdout
+    (printed, sql, result), = [v for (f, start), v in PY_SHOWS.items()
+                               if f == file and code.startswith(start)]
+    assert printed in out.stdout, out.stdout
     with psycopg.connect(fresh_db) as c:
-        assert c.execute("SELECT count(*) FROM pgmq.a_orders").fetchone()[0] == 1
+        assert c.execute(sql).fetchone()[0] == result
 
 
 # -- shell ------------------------------------------------------------------------------------
