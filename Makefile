@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
+.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -35,6 +35,11 @@ gates:
 	$(BUILD_PY) -m pgmq_build lint
 	$(BUILD_PY) -m pgmq_build pgspot
 	$(BUILD_PY) -m ruff check pgmq_build tests pyspark_pgmq.py
+	NO_MKDOCS_2_WARNING=1 $(BUILD_PY) -m mkdocs build --strict --quiet --site-dir site
+
+# The documentation site, served at http://127.0.0.1:8000/ while you edit docs/ (CONTRIBUTING.md).
+docs:
+	$(BUILD_PY) -m mkdocs serve
 
 # The README's test command: set-up, install, static gates, then the whole suite: everything but
 # the fault suite in two worker processes (each with its own throwaway server; the Spark tests
