@@ -10,6 +10,10 @@ is what makes "no acknowledged message lost" a promise across a promotion.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,3 +139,88 @@ class ReplicaPair:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- what asynchronous replication loses ---------------------------------------------------------
+
+def _kill_9(server: TempCluster) -> None:
+    """SIGKILL the postmaster and every process it started (a power cut, as far as this
+    server's processes know), then clear its pid file so that stop() has nothing to do."""
+    pid_file = server.datadir / "postmaster.pid"
+    pid = int(pid_file.read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    for p in [pid, *children]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    pid_file.unlink()
+
+
+def measure_loss(synchronous: bool, producers: int = 8, seconds: float = 3.0) -> dict:
+    """Producers send to a queue on the pair's multi-host DSN; after `seconds` the primary is
+    killed with SIGKILL and the standby promoted. Counts the sends that returned a msg_id
+    (acknowledged) and are not on the new primary."""
+    with ReplicaPair(synchronous=synchronous) as pair:
+        dsn = pair.dsn()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pgmq")
+            admin.execute("SELECT pgmq.create('orders')")
+        acked: list[int] = []
+        lock = threading.Lock()
+
+        def produce() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while True:
+                    try:
+                        msg_id = conn.execute("SELECT pgmq.send('orders', '{}')").fetchone()[0]
+                    except psycopg.Error:
+                        return  # the primary is gone: this send was not acknowledged
+                    with lock:
+                        acked.append(msg_id)
+
+        threads = [threading.Thread(target=produce) for _ in range(producers)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        assert pair.primary is not None and pair.standby is not None
+        with psycopg.connect(pair.primary.dsn(), autocommit=True) as c:
+            lag = c.execute("SELECT pg_current_wal_lsn() - replay_lsn FROM pg_stat_replication"
+                            ).fetchone()[0]
+        _kill_9(pair.primary)
+        for t in threads:
+            t.join(30)
+        pair.standby.promote()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            present = {r[0] for r in conn.execute("SELECT msg_id FROM pgmq.q_orders")}
+        lost = sorted(set(acked) - present)
+        return {"replication": "synchronous" if synchronous else "asynchronous",
+                "producers": producers, "seconds": seconds, "acknowledged": len(acked),
+                "lost": len(lost), "lost_msg_ids": lost[:10],
+                "replay_lag_bytes_just_before": int(lag)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python3 -m pgmq_build.replication [--sync] [--producers N] [--seconds S]: measure_loss
+    once, printed as JSON."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.replication",
+                                description="Acknowledged sends lost when the primary is "
+                                            "killed (SIGKILL) and its standby promoted.")
+    p.add_argument("--sync", action="store_true", help="a synchronous standby (default: async)")
+    p.add_argument("--producers", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=3.0)
+    args = p.parse_args(argv)
+    print(json.dumps(measure_loss(args.sync, args.producers, args.seconds)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,14 +63,27 @@ def pg_cluster() -> Iterator[TempCluster]:
         yield cluster
 
 
-@pytest.fixture
-def replica_pair() -> Iterator[ReplicaPair]:
-    """A primary and its synchronous hot standby of our own (tests that fail over destroy
-    them), with `CREATE EXTENSION pgmq` in database postgres; pair.dsn() is multi-host."""
+@contextlib.contextmanager
+def _replica_pair() -> Iterator[ReplicaPair]:
     _ensure_extension_files()
     with ReplicaPair() as pair:
         with psycopg.connect(pair.dsn(), autocommit=True) as admin:
             admin.execute("CREATE EXTENSION pgmq")
+        yield pair
+
+
+@pytest.fixture
+def replica_pair() -> Iterator[ReplicaPair]:
+    """A primary and its synchronous hot standby of our own (tests that fail over destroy
+    them), with `CREATE EXTENSION pgmq` in database postgres; pair.dsn() is multi-host."""
+    with _replica_pair() as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def standby_pair() -> Iterator[ReplicaPair]:
+    """replica_pair shared by a module's tests (which must not fail it over)."""
+    with _replica_pair() as pair:
         yield pair
 
 
