@@ -340,10 +340,12 @@ class Client:
 
     def close(self) -> None:
         """Close the pool if this client made it. Idempotent."""
-        if not self._closed:
+        with self._pool_lock:
+            if self._closed:
+                return
             self._closed = True
-            if self._owns_pool:
-                self._pool.close()
+        if self._owns_pool:
+            self._pool.close()
 
     @property
     def closed(self) -> bool:
@@ -408,6 +410,8 @@ class Client:
             if self._lost_since is None:
                 return
             psycopg.connect(self._dsn, autocommit=True).close()
+            if self._closed:  # closed meanwhile: no new pool to leak
+                raise RuntimeError("Client is closed")
             old = self._pool
             if self._owns_pool:
                 self._pool = self._new_pool(self._dsn)
