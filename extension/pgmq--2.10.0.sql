@@ -6330,7 +6330,8 @@ COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible leng
 
 -- metrics_all: metrics of every queue the caller may read, by name (a role with access to
 -- some queues gets theirs instead of a permission error for the others). Each queue's table is
--- locked first: one dropped since the list was read is left out.
+-- locked first: one dropped since the list was read is left out. On a hot standby the unlogged
+-- queues are left out too: their tables cannot be read there (0A000), and would be empty.
 CREATE FUNCTION pgmq.metrics_all()
 RETURNS SETOF pgmq.metrics_result
 LANGUAGE plpgsql
@@ -6342,6 +6343,7 @@ DECLARE
 BEGIN
     FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
                    WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                     AND NOT (m.is_unlogged AND pg_is_in_recovery())
                    ORDER BY m.queue_name LOOP
         CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
         RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
@@ -14749,13 +14751,16 @@ BEGIN
     FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
           WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
             AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
+            -- there (0A000, which a queue asked for by name gets)
+            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
     WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
     ORDER BY q.name;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
 
 -- features/ops/functions/browse.sql.j2
 CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)

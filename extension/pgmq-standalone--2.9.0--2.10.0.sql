@@ -39,7 +39,9 @@ $check$;
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.metrics_all()
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq.queue_metrics(text)
 -- new: pgmq._static_claim_next(bigint[], integer, text)
 -- new: pgmq._static_claim_next_ranked(bigint[], integer, text)
 
@@ -2647,6 +2649,27 @@ REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
 
+CREATE OR REPLACE FUNCTION pgmq.metrics_all()
+RETURNS SETOF pgmq.metrics_result
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                     AND NOT (m.is_unlogged AND pg_is_in_recovery())
+                   ORDER BY m.queue_name LOOP
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
+
 CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
 RETURNS pgmq.message_record
 LANGUAGE plpgsql
@@ -2784,6 +2807,46 @@ BEGIN
     END LOOP;
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
+            IF queue_metrics.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
+            -- there (0A000, which a queue asked for by name gets)
+            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.9.0--2.10.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

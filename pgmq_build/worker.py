@@ -673,8 +673,11 @@ class Worker:
         return psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT,
                                fallback_application_name=_APP_NAME)
 
-    def _reconnect(self, who: str) -> psycopg.Connection[Any] | None:
-        """Connect, retrying with exponential backoff and jitter; None if stopped meanwhile."""
+    def _reconnect(self, who: str, replacing: bool = False) -> psycopg.Connection[Any] | None:
+        """Connect, retrying with exponential backoff and jitter; None if stopped meanwhile.
+        ``replacing``: a connection of this thread was lost (or dropped after an error), so the
+        new one counts as a reconnect even when the first attempt works (after a failover or
+        a pg_terminate_backend it usually does)."""
         delay, attempts, began = 0.1, 0, time.monotonic()
         while not self._stop.is_set():
             attempts += 1
@@ -686,7 +689,7 @@ class Worker:
                 self._stop.wait(_jittered(delay, random.random()))
                 delay = _next_backoff(delay, self.max_backoff)
                 continue
-            if attempts > 1:
+            if replacing or attempts > 1:
                 with self._lock:
                     self._totals.reconnects += 1
                 self._emit(logging.INFO, "reconnected", worker=who, attempts=attempts,
@@ -826,18 +829,21 @@ class Worker:
 
     def _run_dispatcher(self, d: _Dispatcher) -> None:
         conn: psycopg.Connection[Any] | None = None
+        lost = False  # conn is None because a connection was dropped (not the first one)
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect(d.name)
+                    conn = self._reconnect(d.name, replacing=lost)
                     if conn is None:
                         break
+                    lost = True
                     try:
                         d.login = conn.execute("SELECT session_user").fetchone()[0]
                     except psycopg.Error:
                         _close(conn)
                         conn = None
                         continue
+                    lost = False
                 pick = self._sched.take()
                 if pick is None:
                     d.busy_since = None
@@ -851,11 +857,11 @@ class Worker:
                     self._turn(conn, d, *pick)
                 except _Disconnected:
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                 except Exception:  # a bug of ours: log it, start afresh, keep serving
                     self.logger.exception("internal_error", extra={"fields": {"worker": d.name}})
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                     self._stop.wait(1.0)
         finally:
             _close(conn)
@@ -991,13 +997,15 @@ class Worker:
         error). Stops between batches: the batch in flight is always finished."""
         once = self._mode == "once"
         conn: psycopg.Connection[Any] | None = None
+        lost = False  # conn is None because a connection was dropped (not the first one)
         streak = 0  # errors in a row: the rest after one doubles from 50 ms to 5 s
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect(name)
+                    conn = self._reconnect(name, replacing=lost)
                     if conn is None:
                         break
+                    lost = False
                 began = time.monotonic()
                 batch = None
                 try:
@@ -1018,7 +1026,7 @@ class Worker:
                     if conn.broken or conn.closed:
                         self._emit(logging.WARNING, "disconnected", **where)
                         _close(conn)
-                        conn = None
+                        conn, lost = None, True
                     else:
                         self._emit(logging.ERROR, "stream_error", sqlstate=exc.sqlstate, **where)
                     if once:
@@ -1028,7 +1036,7 @@ class Worker:
                 except Exception:  # a bug of ours: log it, start afresh, keep serving
                     self.logger.exception("internal_error", extra={"fields": {"worker": name}})
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                     self._stop.wait(1.0)
                     continue
                 streak = 0
@@ -1071,13 +1079,14 @@ class Worker:
         conn: psycopg.Connection[Any] | None = None
         channels: dict[str, str] = {}  # channel -> queue
         version = -1
+        lost = False  # conn is None because a connection was dropped (not the first one)
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect("listener")
+                    conn = self._reconnect("listener", replacing=lost)
                     if conn is None:
                         break
-                    channels, version = {}, -1
+                    channels, version, lost = {}, -1, False
                 try:
                     with self._lock:
                         current = self._queues_version
@@ -1094,7 +1103,7 @@ class Worker:
                         self._emit(logging.WARNING, "disconnected", worker="listener",
                                    error=_first_line(exc))
                         _close(conn)
-                        conn = None
+                        conn, lost = None, True
                     else:
                         self._emit(logging.ERROR, "listener_error", sqlstate=exc.sqlstate,
                                    error=_first_line(exc))

@@ -17,6 +17,7 @@ from pytest_postgresql.executors.noop import NoopExecutor
 from pgmq_build import install
 from pgmq_build.cluster import TempCluster
 from pgmq_build.manifest import MANIFEST
+from pgmq_build.replication import ReplicaPair
 from tests.helpers import NO_PARTMAN, install_partman, partman_available
 
 
@@ -60,6 +61,30 @@ def pg_cluster() -> Iterator[TempCluster]:
     _ensure_extension_files()
     with TempCluster() as cluster:
         yield cluster
+
+
+@contextlib.contextmanager
+def _replica_pair() -> Iterator[ReplicaPair]:
+    _ensure_extension_files()
+    with ReplicaPair() as pair:
+        with psycopg.connect(pair.dsn(), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pgmq")
+        yield pair
+
+
+@pytest.fixture
+def replica_pair() -> Iterator[ReplicaPair]:
+    """A primary and its synchronous hot standby of our own (tests that fail over destroy
+    them), with `CREATE EXTENSION pgmq` in database postgres; pair.dsn() is multi-host."""
+    with _replica_pair() as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def standby_pair() -> Iterator[ReplicaPair]:
+    """replica_pair shared by a module's tests (which must not fail it over)."""
+    with _replica_pair() as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ import psycopg
 from pgmq_build.bench import steady
 from pgmq_build.cluster import TempCluster, server_owner
 
-from . import faults, ledger
+from . import failover, faults, ledger
 from .load import Load, Settings
 from .sampler import Sampler
 from .spark_query import describe
@@ -49,6 +49,7 @@ class Scenario:
     dsn_options: dict[str, str] = field(default_factory=dict)
     small_fs_mb: int = 0  # > 0: the queues live in a tablespace on a tmpfs of this size
     crashes: bool = False  # stops the server with -m immediate (see ledger.check)
+    standby: bool = False  # a primary and a synchronous standby, the load on both (failover.py)
 
 
 SCENARIOS = [
@@ -63,6 +64,9 @@ SCENARIOS = [
              faults.timeouts, dsn_options=faults.TIMEOUT_OPTIONS),
     Scenario("disk_full", "disk full: the queues' tablespace on a small tmpfs, then freed",
              faults.disk_full, small_fs_mb=32),
+    Scenario("failover", "the primary stopped with -m immediate, its synchronous standby "
+             "promoted; the load on a multi-host DSN", failover.failover, crashes=True,
+             standby=True),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -187,13 +191,18 @@ def _drain(dsn: str, load: Load, limit: float) -> tuple[int, float]:
 
 
 @contextlib.contextmanager
-def _server(sc_settings: dict[str, str], small_fs_mb: int, spark: bool = False):
-    """A TempCluster with pgmq and the ledger set up; yields (cluster, dsn, space)."""
+def _server(sc_settings: dict[str, str], small_fs_mb: int, spark: bool = False,
+            standby: bool = False):
+    """A TempCluster (standby: a ReplicaPair and its multi-host DSN) with pgmq and the ledger
+    set up; yields (cluster, dsn, space)."""
     with contextlib.ExitStack() as stack:
         space = None
         if small_fs_mb:  # mounted first, so that it is unmounted after the server stopped
             space = stack.enter_context(faults.small_filesystem(small_fs_mb, server_owner()))
-        cluster = stack.enter_context(TempCluster(settings=dict(sc_settings)))
+        if standby:
+            cluster = stack.enter_context(failover.pair(sc_settings))
+        else:
+            cluster = stack.enter_context(TempCluster(settings=dict(sc_settings)))
         dsn = cluster.dsn()
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("CREATE EXTENSION pgmq")
@@ -233,7 +242,8 @@ def run_scenario(sc: Scenario, long: bool = False, settings: Settings | None = N
     settings = _with_spark(settings, spark)
     log(f"{sc.name}: {sc.title} ({'long' if long else 'short'}"
         f"{', with Spark' if settings.spark else ''})")
-    with _server(sc.cluster_settings, sc.small_fs_mb, settings.spark) as (cluster, dsn, space):
+    with _server(sc.cluster_settings, sc.small_fs_mb, settings.spark,
+                 sc.standby) as (cluster, dsn, space):
         book = ledger.Book()
         load = Load(dsn, book, settings, dsn_options=dict(sc.dsn_options))
         sampler = Sampler(dsn, load.meter, timing.sample)
