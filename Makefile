@@ -34,7 +34,7 @@ gates:
 	$(BUILD_PY) -m pgmq_build check
 	$(BUILD_PY) -m pgmq_build lint
 	$(BUILD_PY) -m pgmq_build pgspot
-	$(BUILD_PY) -m ruff check pgmq_build tests pyspark_pgmq.py
+	$(BUILD_PY) -m ruff check pgmq_build bench chaos tests pyspark_pgmq.py
 
 # The README's test command: set-up, install, static gates, then the whole suite: everything but
 # the fault suite in two worker processes (each with its own throwaway server; the Spark tests
@@ -63,21 +63,21 @@ demo-spark: deps
 
 bench: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench $(BENCH_ARGS)
+	$(BUILD_PY) -m bench $(BENCH_ARGS)
 
-# Paced producers and consumers for 10 minutes with a 2-minute xmin hold (pgmq_build/bench/steady.py).
+# Paced producers and consumers for 10 minutes with a 2-minute xmin hold (bench/steady.py).
 bench-steady: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench steady $(STEADY_ARGS)
+	$(BUILD_PY) -m bench steady $(STEADY_ARGS)
 
-# The fault suite (pgmq_build/chaos): short scenarios and a 1-minute soak on throwaway servers;
+# The fault suite (chaos): short scenarios and a 1-minute soak on throwaway servers;
 # CHAOS_ARGS="--long --out chaos.md" for minutes-long faults and a 60-minute soak (with the Spark
 # streaming query; "--spark" adds it to the short run).
 chaos: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.chaos $(CHAOS_ARGS)
+	$(BUILD_PY) -m chaos $(CHAOS_ARGS)
 
-# What a metrics call costs on a queue of 1M messages, ours and upstream's (pgmq_build/bench/metrics_cost.py).
+# What a metrics call costs on a queue of 1M messages, ours and upstream's (bench/metrics_cost.py).
 bench-metrics: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench metrics $(METRICS_ARGS)
+	$(BUILD_PY) -m bench metrics $(METRICS_ARGS)
