@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,7 +15,7 @@ import psycopg
 
 from .manifest import MANIFEST, version_key
 from .paths import extension_dir
-from .render import standalone_name, upgrade_name
+from .scriptnames import standalone_name, upgrade_name
 
 
 class InstallError(RuntimeError):
@@ -43,15 +44,16 @@ def extension_files(src: Path | None = None) -> list[Path]:
     return files
 
 
-def install_files(pg_config: str = "pg_config") -> list[Path]:
-    """Copy pgmq.control and the pgmq--*.sql scripts into <sharedir>/extension."""
+def install_files(pg_config: str = "pg_config", also: Sequence[Path] = ()) -> list[Path]:
+    """Copy pgmq.control and the pgmq--*.sql scripts into <sharedir>/extension; ``also``: more
+    directories whose pgmq--*.sql to copy (the tests' history/extension/, for old versions)."""
     dest = sharedir(pg_config) / "extension"
     if not dest.is_dir():
         raise InstallError(f"{dest} does not exist: is the PostgreSQL server installed?")
     if not os.access(dest, os.W_OK):
         raise InstallError(f"{dest} is not writable: run as root (sudo make install) or use --standalone")
     copied = []
-    for f in extension_files():
+    for f in [*extension_files(), *(f for d in also for f in sorted(d.glob("pgmq--*.sql")))]:
         target = dest / f.name
         data = f.read_bytes()
         if not target.exists() or target.read_bytes() != data:

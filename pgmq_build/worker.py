@@ -87,6 +87,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from . import streams as stream_batches
 from . import validate
+from .extras import missing_extra
 from .printable import printable
 from .streams import BatchHandler
 
@@ -1190,14 +1191,21 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     stop_metrics: Callable[[], None] | None = None
     if metrics_bind:
         from .ops.exits import OpsError
-        from .ops.metrics import serve_worker
 
         try:
-            stop_metrics = serve_worker(worker, dsn, metrics_bind)
-        except OpsError as exc:
-            log.error("bad_options", extra={"fields": {"error": exc.message}})
-            return 2
-        worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
+            from .ops.metrics import serve_worker
+        except ImportError as exc:  # the [ops] extra is optional: the worker runs without /metrics
+            missing = missing_extra(exc, "the worker's /metrics (--metrics-bind)")
+            if missing is None:
+                raise
+            worker._emit(logging.WARNING, "metrics_off", error=str(missing))
+        else:
+            try:
+                stop_metrics = serve_worker(worker, dsn, metrics_bind)
+            except OpsError as exc:
+                log.error("bad_options", extra={"fields": {"error": exc.message}})
+                return 2
+            worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
 
     signals = 0
 
