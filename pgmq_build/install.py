@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from .manifest import MANIFEST, version_key
 from .paths import extension_dir
@@ -20,6 +21,25 @@ from .scriptnames import standalone_name, upgrade_name
 
 class InstallError(RuntimeError):
     pass
+
+
+# What an operator command says in a database without pgmq, instead of psycopg's error.
+NOT_INSTALLED = ("pgmq is not installed in this database: "
+                 "CREATE EXTENSION pgmq there, or run `pgmq-build install --dsn DSN`")
+
+
+def pgmq_missing(exc: psycopg.Error) -> bool:
+    """Whether a server error means that schema pgmq is not there: no CREATE EXTENSION pgmq."""
+    return exc.sqlstate == "3F000" and (exc.diag.message_primary or "") == 'schema "pgmq" does not exist'
+
+
+def has_pgmq(conn: psycopg.Connection) -> bool:
+    """Whether pgmq (the extension or the standalone script) is in conn's database: a routine of
+    it, not just schema pgmq (DROP EXTENSION pgmq leaves the schema). From the catalog, which
+    every role may read (to_regprocedure would need USAGE on the schema)."""
+    return conn.cursor(row_factory=tuple_row).execute("""SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                                          JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                                          WHERE n.nspname = 'pgmq' AND p.proname = 'list_queues')""").fetchone()[0]
 
 
 def sharedir(pg_config: str = "pg_config") -> Path:

@@ -88,6 +88,7 @@ from psycopg.conninfo import conninfo_to_dict
 from . import streams as stream_batches
 from . import validate
 from .extras import missing_extra
+from .install import NOT_INSTALLED, has_pgmq, pgmq_missing
 from .printable import printable
 from .streams import BatchHandler
 
@@ -1188,6 +1189,13 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     except SettingError as exc:
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
+    try:  # a database without pgmq is a mistake to say now; a server down is reported below
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            if not has_pgmq(conn):
+                log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+                return 1
+    except psycopg.OperationalError:
+        pass
     stop_metrics: Callable[[], None] | None = None
     if metrics_bind:
         from .ops.exits import OpsError
@@ -1233,7 +1241,10 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
     except psycopg.Error as exc:
-        log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
+        if pgmq_missing(exc):
+            log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+        else:
+            log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
         return 1
     finally:
         if stop_metrics is not None:
