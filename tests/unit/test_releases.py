@@ -19,6 +19,7 @@ from tests.helpers import run_cli
 from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 
 OLD = RELEASED[-1].version
+PREV = RELEASED[-2].version
 STEP = f"{OLD}--{VERSION}"
 # the steps from upstream PGMQ (README "Migrating from PGMQ")
 UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
@@ -129,19 +130,20 @@ def test_check_passes_on_the_committed_tree():
 
 
 def test_check_fails_when_a_released_script_is_altered(ext_copy):
-    path = ext_copy / f"pgmq--{OLD}.sql"
+    # a released step of the chain (extension/; history/'s are tests/unit/test_history.py's)
+    path = ext_copy / f"pgmq--{PREV}--{OLD}.sql"
     path.write_text(path.read_text() + "-- a fix\n")
     result = run_cli("check")
     assert result.exit_code == 1
-    assert f"altered released script: pgmq--{OLD}.sql" in result.output
+    assert f"altered released script: pgmq--{PREV}--{OLD}.sql" in result.output
     assert "frozen" in result.output
 
 
 def test_check_fails_when_a_released_script_is_missing(ext_copy):
-    (ext_copy / f"pgmq-standalone--{OLD}.sql").unlink()
+    (ext_copy / f"pgmq-standalone--{PREV}--{OLD}.sql").unlink()
     result = run_cli("check")
     assert result.exit_code == 1
-    assert f"missing released script: pgmq-standalone--{OLD}.sql" in result.output
+    assert f"missing released script: pgmq-standalone--{PREV}--{OLD}.sql" in result.output
 
 
 def test_check_flags_unexpected_and_stale_upgrade_scripts(ext_copy):
