@@ -8,9 +8,11 @@ EXT         = pgmq
 # The control file lives in extension/, so EXTENSION stays unset (PGXS would look for
 # ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
 MODULEDIR   = extension
-# Every extension script: the install scripts of the released versions (frozen) and of the
-# current one, and the upgrade scripts between them (ALTER EXTENSION pgmq UPDATE runs the chain).
-# The standalone scripts (pgmq-standalone--*) are not extension files and are not installed.
+# Every extension script of extension/: the current version's install script, the chain of
+# upgrade steps from each released version (ALTER EXTENSION pgmq UPDATE runs it) and the steps
+# from upstream PGMQ 1.13.x. Older released scripts wait in history/extension/ (for the tests):
+# no upgrade path needs them, so they are not installed. The standalone scripts
+# (pgmq-standalone--*) are not extension files and are not installed.
 DATA        = extension/$(EXT).control $(sort $(wildcard extension/$(EXT)--*.sql))
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)

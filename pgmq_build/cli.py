@@ -300,6 +300,9 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
     """Install the extension files and CREATE EXTENSION, or apply the standalone script."""
     from . import install as inst
 
+    ctx = click.get_current_context()
+    if files_only and ctx.get_parameter_source("dsn") is click.core.ParameterSource.ENVIRONMENT:
+        dsn = None  # PGMQ_DSN exported for the other commands: --files-only still touches no database
     if files_only and (dsn or standalone):
         raise click.UsageError("--files-only copies files and touches no database: "
                                "drop --dsn / --standalone, or drop --files-only")
@@ -340,8 +343,9 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", type=DSN, default=None, envvar=["PGMQ_BUILD_DEMO_DSN", "PGMQ_DSN"],
-              help="Run against this server instead of a throwaway local one; default: env PGMQ_DSN.")
+# not PGMQ_DSN: the tour creates queues, and `make demo` with the variable exported for real work
+# would run it there instead of on a throwaway server
+@click.option("--dsn", type=DSN, default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
 @click.option("--migrate", "migrate_", is_flag=True, envvar=[f"{ENVVAR_PREFIX}_DEMO_MIGRATE", f"{ENVVAR_PREFIX}_DEMO_MIGRATE_"],

@@ -54,13 +54,29 @@ def test_every_dsn_option_takes_pgmq_dsn():
     with_dsn = []
     for name, cmd in commands(cli.main):
         for param in cmd.params:
-            if param.name == "dsn":
+            if param.name == "dsn" and name != "demo":  # the demo's --dsn: see below
                 envvars = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
                 assert "PGMQ_DSN" in envvars, name
                 with_dsn.append(name)
-    # the five that did not before, and the admin commands
-    assert {"worker", "dashboard", "install", "migrate", "demo", "queues", "top", "metrics",
+    # the four that did not before, and the admin commands
+    assert {"worker", "dashboard", "install", "migrate", "queues", "top", "metrics",
             "queue create", "dlq list", "stream list"} <= set(with_dsn)
+
+
+def test_the_demo_ignores_pgmq_dsn():
+    """The tour creates queues: PGMQ_DSN, exported for real work, must not send it there
+    (without --dsn it runs on a throwaway server); PGMQ_BUILD_DEMO_DSN still works."""
+    [param] = [p for p in cli.main.commands["demo"].params if p.name == "dsn"]
+    assert param.envvar is None
+
+
+def test_install_files_only_ignores_pgmq_dsn(monkeypatch, tmp_path):
+    """--files-only touches no database, even with PGMQ_DSN exported (a --dsn given is refused)."""
+    monkeypatch.setenv("PGMQ_DSN", "host=nowhere.invalid")
+    result = run_cli("install", "--files-only", "--pg-config", str(tmp_path / "no-pg_config"))
+    assert result.exit_code == 1 and "no-pg_config not found" in result.output
+    result = run_cli("install", "--files-only", "--dsn", "host=x")
+    assert result.exit_code == 2 and "--files-only copies files and touches no database" in result.output
 
 
 def test_a_command_specific_variable_still_wins_over_pgmq_dsn(monkeypatch):
