@@ -87,6 +87,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from . import streams as stream_batches
 from . import validate
+from .extras import missing_extra
+from .install import NOT_INSTALLED, has_pgmq, pgmq_missing
 from .printable import printable
 from .streams import BatchHandler
 
@@ -1196,17 +1198,31 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     except SettingError as exc:
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
+    try:  # a database without pgmq is a mistake to say now; a server down is reported below
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            if not has_pgmq(conn):
+                log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+                return 1
+    except psycopg.OperationalError:
+        pass
     stop_metrics: Callable[[], None] | None = None
     if metrics_bind:
         from .ops.exits import OpsError
-        from .ops.metrics import serve_worker
 
         try:
-            stop_metrics = serve_worker(worker, dsn, metrics_bind)
-        except OpsError as exc:
-            log.error("bad_options", extra={"fields": {"error": exc.message}})
-            return 2
-        worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
+            from .ops.metrics import serve_worker
+        except ImportError as exc:  # the [ops] extra is optional: the worker runs without /metrics
+            missing = missing_extra(exc, "the worker's /metrics (--metrics-bind)")
+            if missing is None:
+                raise
+            worker._emit(logging.WARNING, "metrics_off", error=str(missing))
+        else:
+            try:
+                stop_metrics = serve_worker(worker, dsn, metrics_bind)
+            except OpsError as exc:
+                log.error("bad_options", extra={"fields": {"error": exc.message}})
+                return 2
+            worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
 
     signals = 0
 
@@ -1234,7 +1250,10 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
     except psycopg.Error as exc:
-        log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
+        if pgmq_missing(exc):
+            log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+        else:
+            log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
         return 1
     finally:
         if stop_metrics is not None:

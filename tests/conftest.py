@@ -17,6 +17,7 @@ from pytest_postgresql.executors.noop import NoopExecutor
 from pgmq_build import install
 from pgmq_build.cluster import TempCluster
 from pgmq_build.manifest import MANIFEST
+from pgmq_build.paths import history_dir
 from pgmq_build.replication import ReplicaPair
 from tests.helpers import NO_PARTMAN, install_partman, partman_available
 
@@ -40,14 +41,15 @@ class _ServerExecutor(NoopExecutor):
 
 
 def _ensure_extension_files() -> None:
-    """The server must see the current extension files; refresh them when we can."""
+    """The server must see the current extension files, and the released scripts of
+    history/extension/ (tests create old versions and upgrade from them); refresh them when we can."""
     dest = install.sharedir() / "extension"
     try:
-        install.install_files()
+        install.install_files(also=[history_dir()])
         return
     except install.InstallError:
         pass
-    for f in install.extension_files():
+    for f in [*install.extension_files(), *sorted(history_dir().glob("pgmq--*.sql"))]:
         installed = dest / f.name
         if not installed.exists() or installed.read_bytes() != f.read_bytes():
             pytest.exit(

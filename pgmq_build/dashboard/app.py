@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from ..hosts import allowed_hosts, host_allowed
+from ..install import NOT_INSTALLED, has_pgmq
 from ..printable import printable
 from . import charts, queries
 from .sampler import KEEP, Sample, Sampler, rates, window_rates
@@ -370,6 +371,13 @@ def run(dsn: str, bind: str, allow_actions: bool, sample_interval: float, echo=p
         echo(f"error: --bind must be HOST:PORT, got {bind!r}")
         return 2
     host = host.strip("[]")
+    try:  # a database without pgmq is a mistake to say now; a server down may come back later
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            if not has_pgmq(conn):
+                echo(f"error: {NOT_INSTALLED}")
+                return 1
+    except psycopg.OperationalError:
+        pass
     dashboard = Dashboard(dsn, allow_actions=allow_actions, sample_interval=sample_interval)
     try:
         server = dashboard.serve(host, int(port))

@@ -1,4 +1,4 @@
-"""The short variant of every chaos scenario (pgmq_build/chaos/runner.py), each on a throwaway
+"""The short variant of every chaos scenario (chaos/runner.py), each on a throwaway
 server: nothing lost, nothing delivered beyond the rules, throughput back within 10 % of the
 pre-fault rate within 30 s of each fault, and the fault really happened."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgmq_build.chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
+from chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
 
 pytestmark = pytest.mark.chaos
 

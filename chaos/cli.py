@@ -24,7 +24,7 @@ SOAK_LONG = 60.0
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = [s.name for s in SCENARIOS] + ["soak"]
     p = argparse.ArgumentParser(
-        prog="python3 -m pgmq_build.chaos",
+        prog="python3 -m chaos",
         description="Faults under load against throwaway PostgreSQL servers, with a ledger "
                     "check of every message. Scenarios: " + ", ".join(names) + ".")
     p.add_argument("--long", action="store_true",
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         except Unavailable as exc:
             print(f"[chaos] {name}: cannot run here: {exc}", file=sys.stderr, flush=True)
             results.append({"name": name, "mode": mode, "unavailable": str(exc), "ok": True})
-    command = "python3 -m pgmq_build.chaos " + shlex.join(argv if argv is not None
+    command = "python3 -m chaos " + shlex.join(argv if argv is not None
                                                           else sys.argv[1:])
     meta = report.meta(mode, command.strip(), time.monotonic() - t0, load0, when)
     print()

@@ -1,10 +1,10 @@
 """The benchmark behind `make bench`: plain SQL, upstream PGMQ and our pgmq, side by side.
 
-    python3 -m pgmq_build.bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
+    python3 -m bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
-    python3 -m pgmq_build.bench steady [options]    (or --steady: steady.py, `make bench-steady`)
-    python3 -m pgmq_build.bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
+    python3 -m bench steady [options]    (or --steady: steady.py, `make bench-steady`)
+    python3 -m bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -72,8 +72,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import conninfo
 
-from ..cluster import TempCluster
-from ..install import InstallError, ensure_pgmq, install_files, sharedir
+from pgmq_build.cluster import TempCluster
+from pgmq_build.install import InstallError, ensure_pgmq, install_files, sharedir
+
 from .report import OURS, RAW, SYSTEMS, UPSTREAM, Cell, Segment, format_stored, format_table
 from .server import Meter, Usage
 from .workloads import BY_NAME, PGMQ, WORKLOADS, Workload
@@ -474,7 +475,7 @@ def upstream_pgmq_sql() -> tuple[str, str]:
     """(version, text) of upstream's pgmq.sql from the PyPI package pgmq (migrate.upstream_sql),
     installing that package with pip first if it is missing (`make bench` has it: it is in the
     test extra that `make deps` installs)."""
-    from ..migrate import MigrateError, upstream_sql
+    from pgmq_build.migrate import MigrateError, upstream_sql
 
     try:
         return upstream_sql()
@@ -519,8 +520,8 @@ def check_dsn(parser: argparse.ArgumentParser, dsn: str | None) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench", description=__doc__.split("\n\n")[0],
-                                epilog="python3 -m pgmq_build.bench steady --help: the steady-state "
+    p = argparse.ArgumentParser(prog="python3 -m bench", description=__doc__.split("\n\n")[0],
+                                epilog="python3 -m bench steady --help: the steady-state "
                                 "run with a held xmin horizon (steady.py, make bench-steady)")
     p.add_argument("--dsn", help="use this server instead of a throwaway one (the databases "
                    f"{BENCH_DB} and {UPSTREAM_DB} are created there, replacing any old ones, "

@@ -1,5 +1,5 @@
 """Table sizes and dead tuples of the queue tables while a scenario or the soak runs, as
-pgmq_build.bench.steady's Samples (its stats query, its flat rule), so that the steady-state
+bench.steady's Samples (its stats query, its flat rule), so that the steady-state
 run and the chaos suite judge "flat" the same way.
 
 The sampler's connection breaks with the server (restarts, terminations): it reconnects and
@@ -12,7 +12,7 @@ import threading
 
 import psycopg
 
-from pgmq_build.bench import steady
+from bench import steady
 
 from .load import Meter
 

@@ -1,7 +1,7 @@
-"""What a metrics scrape costs on a large queue: ``python3 -m pgmq_build.bench metrics``
+"""What a metrics scrape costs on a large queue: ``python3 -m bench metrics``
 (`make bench-metrics`).
 
-    python3 -m pgmq_build.bench metrics [--messages 1000000] [--leased 500] [--repeat 20]
+    python3 -m bench metrics [--messages 1000000] [--leased 500] [--repeat 20]
         [--no-upstream] [--dsn DSN] [--json PATH]
 
 One queue of --messages messages (written straight into its table, the same rows for both
@@ -51,7 +51,7 @@ class Row:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench metrics",
+    p = argparse.ArgumentParser(prog="python3 -m bench metrics",
                                 description="the cost of a metrics call on a large queue")
     p.add_argument("--messages", type=int, default=1_000_000, help="messages in the queue (default 1M)")
     p.add_argument("--leased", type=int, default=500, help="of which leased by a read (default 500)")

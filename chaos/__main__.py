@@ -1,4 +1,4 @@
-"""``python3 -m pgmq_build.chaos``: see cli.py."""
+"""``python3 -m chaos``: see cli.py."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """Spark publish and consume throughput (rows/s) for `make bench`.
 
-    python3 -m pgmq_build.bench.spark [--dsn DSN] [--rows 200000] [--repeat 1]
+    python3 -m bench.spark [--dsn DSN] [--rows 200000] [--repeat 1]
                                       [--only raw_copy,publish,...] [--json out.json]
 
 ``run(dsn, rows)`` returns one :class:`Result` per path; every path is warmed up with a small
@@ -29,8 +29,9 @@ from datetime import datetime, timezone
 import psycopg
 
 # Fails without the spark extra (pgmq_build.spark imports pyspark): run.py skips the Spark rows.
-from ..spark import ack, consume
-from ..spark._session import local_session
+from pgmq_build.spark import ack, consume
+from pgmq_build.spark._session import local_session
+
 from .run import check_dsn
 
 QUEUE = "bench_spark"
@@ -337,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dsn:
         results = go(args.dsn)
     else:
-        from ..cluster import TempCluster
-        from ..install import InstallError, ensure_pgmq, install_files
+        from pgmq_build.cluster import TempCluster
+        from pgmq_build.install import InstallError, ensure_pgmq, install_files
 
         try:
             install_files()

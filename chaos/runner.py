@@ -25,7 +25,7 @@ from functools import partial
 
 import psycopg
 
-from pgmq_build.bench import steady
+from bench import steady
 from pgmq_build.cluster import TempCluster, server_owner
 
 from . import failover, faults, ledger

@@ -1,6 +1,6 @@
-"""Steady state of a stream with a held xmin horizon: ``python3 -m pgmq_build.bench steady --streams``.
+"""Steady state of a stream with a held xmin horizon: ``python3 -m bench steady --streams``.
 
-    python3 -m pgmq_build.bench steady --streams [--minutes 10] [--rate 1000] [--producers 2]
+    python3 -m bench steady --streams [--minutes 10] [--rate 1000] [--producers 2]
         [--subscriptions 2] [--poll-ms 50] [--sample 10] [--hold-at 4m] [--hold-seconds 120]
         [--warmup 60] [--rotation 1m] [--retention 1m] [--dsn DSN] [--json PATH]
 
@@ -107,7 +107,7 @@ class Config:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench steady --streams",
+    p = argparse.ArgumentParser(prog="python3 -m bench steady --streams",
                                 description=__doc__.split("\n\n")[0])
     d = Config()
     p.add_argument("--dsn", help=f"use this server instead of a throwaway one (database {STEADY_DB} "

@@ -29,7 +29,8 @@ def run_worker(workload: Any, side: str, dsn: str, clients: int, seconds: float,
                stop_when_dry: bool, meter: Meter | None = None) -> Any:
     """A Run (see run.py) of one window of the default Worker; `clients` is ignored (the pool
     sizes itself), `side` must be pgmq. A queue found empty after the window counts as dry."""
-    from ..worker import TextFormatter, Worker
+    from pgmq_build.worker import TextFormatter, Worker
+
     from .run import ClientResult, Run
     from .workloads import PGMQ, PGMQ_TABLE
 

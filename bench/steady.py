@@ -1,6 +1,6 @@
-"""Steady state and a held xmin horizon: ``python3 -m pgmq_build.bench steady`` (`make bench-steady`).
+"""Steady state and a held xmin horizon: ``python3 -m bench steady`` (`make bench-steady`).
 
-    python3 -m pgmq_build.bench steady [--minutes 10] [--rate 1000] [--producers 2]
+    python3 -m bench steady [--minutes 10] [--rate 1000] [--producers 2]
         [--consumers 2] [--consume read|pop] [--batch 10] [--poll-ms 50] [--sample 10]
         [--hold-at 4m] [--hold-seconds 120] [--warmup 60] [--upstream] [--dsn DSN] [--json PATH]
 
@@ -159,7 +159,7 @@ class Config:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench steady",
+    p = argparse.ArgumentParser(prog="python3 -m bench steady",
                                 description=__doc__.split("\n\n")[0])
     d = Config()
     p.add_argument("--dsn", help=f"use this server instead of a throwaway one (database "

@@ -1,4 +1,4 @@
-"""The fault suite: ``python3 -m pgmq_build.chaos [--long] [--only NAME,...] [--soak MINUTES]
+"""The fault suite: ``python3 -m chaos [--long] [--only NAME,...] [--soak MINUTES]
 [--spark] [--out PATH]`` (`make chaos`).
 
 Scenarios (runner.SCENARIOS) run producers, consumers, the worker and a Client.consume loop

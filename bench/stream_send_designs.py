@@ -1,5 +1,5 @@
 """The designs tried for stream_send, measured side by side (README "Performance", streams):
-``python3 -m pgmq_build.bench.stream_send_designs [--seconds 3] [--rounds 8] [--streams 3]``.
+``python3 -m bench.stream_send_designs [--seconds 3] [--rounds 8] [--streams 3]``.
 
 Each candidate is a PL/pgSQL function appending one event to stream 'ev' (made by
 pgmq.create_stream, with --streams - 1 others around it), called one event per transaction by
@@ -30,8 +30,9 @@ import time
 
 import psycopg
 
-from ..cluster import TempCluster
-from ..install import install_files
+from pgmq_build.cluster import TempCluster
+from pgmq_build.install import install_files
+
 from .run import CLUSTER_SETTINGS
 from .server import Meter
 
@@ -114,7 +115,7 @@ def measure(dsn: str, meter: Meter, sql: str, seconds: float) -> tuple[int, floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m pgmq_build.bench.stream_send_designs",
+    p = argparse.ArgumentParser(prog="python3 -m bench.stream_send_designs",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=3.0, help="per candidate per round (default 3)")
     p.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")

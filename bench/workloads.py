@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ..worker import MIN_WORKERS
+from pgmq_build.worker import MIN_WORKERS
 
 QUEUE = "bench"  # the pgmq queue: table pgmq.q_bench
 RAW_TABLE = "bench_raw_q"  # the baseline: a plain table laid out like pgmq's queue table
