@@ -258,6 +258,11 @@ def test_shell_example_runs_as_written(pg_cluster, fresh_db, file, line, cmd):
             c.execute("SELECT pgmq.create('jobs')")
         text = served(args, f"http://{bind}/metrics")
         assert "pgmq_up 1" in text and 'queue="jobs"' in text
+    elif sub == "install":
+        # the database of the example has the extension already: install says so, changes nothing
+        out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "is already installed; nothing was changed" in out.stdout
     elif sub == "dashboard":
         bind = re.search(r"--bind (\S+)", cmd)
         page = served(args, f"http://{bind.group(1) if bind else '127.0.0.1:8080'}/")

@@ -98,6 +98,11 @@ def without(monkeypatch):
                                 "pgmq_build.surface", "pgmq_build.lint", "pgmq_build.migrate",
                                 "pgmq_build.upgrade", "pgmq_build.pgspot")):
                 monkeypatch.delitem(sys.modules, name)
+                # `from . import migrate` takes the package's attribute when it is there (an
+                # earlier test in this process imported it): gone too, so the import runs again
+                parent, _, child = name.rpartition(".")
+                if parent in sys.modules:
+                    monkeypatch.delattr(sys.modules[parent], child, raising=False)
         for module in modules:
             monkeypatch.setitem(sys.modules, module, None)  # import raises ModuleNotFoundError
 
