@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from . import ops, render, surface
+from . import ops, reference, render, surface
 from .manifest import MANIFEST
 from .paths import extension_dir
 from .printable import printable
@@ -104,7 +104,7 @@ def main() -> None:
 def generate(out: Path | None) -> None:
     """Render templates/ into extension/: control file, install and standalone scripts of the
     current version, and the upgrade scripts into it (released scripts are never rewritten);
-    and the API listing docs/api.txt (not with --out)."""
+    and the API listing docs/api.txt and the reference pages docs/reference/ (not with --out)."""
     source = extension_dir()
     outdir = out or source
     try:  # before the render (seconds): a bad --out fails at once
@@ -133,6 +133,8 @@ def generate(out: Path | None) -> None:
     if out is None:
         listing = surface.listing_path()
         written += [listing.parent / n for n in render.write_outputs(listing.parent, {listing.name: api})]
+        where = reference.reference_dir()
+        written += [where / n for n in render.write_outputs(where, _reference(files))]
     for path in written:
         click.echo(f"wrote {path}")
     if not written:
@@ -141,9 +143,9 @@ def generate(out: Path | None) -> None:
 
 @main.command()
 def check() -> None:
-    """Exit non-zero when the committed extension/ or docs/api.txt differs from a fresh render,
-    a released script is missing or altered, the current version is already released, or an
-    upgrade step lacks its templates."""
+    """Exit non-zero when the committed extension/, docs/api.txt or docs/reference/ differs from
+    a fresh render, a released script is missing or altered, the current version is already
+    released, or an upgrade step lacks its templates."""
     problems = render.release_problems(extension_dir(), MANIFEST)
     if problems:
         for p in problems:
@@ -153,18 +155,25 @@ def check() -> None:
         files = render.render_all(MANIFEST, extension_dir())
         problems = render.diff_outputs(extension_dir(), files, MANIFEST.released)
         problems += surface.listing_problems(_listing(files))
+        problems += reference.problems(_reference(files))
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
     for p in problems:
         click.echo(p, err=True)
     if problems:
-        _fail("extension/ or docs/api.txt is stale: run `pgmq-build generate` and commit the result")
-    click.echo("extension/ and docs/api.txt match the templates and the released scripts")
+        _fail("extension/, docs/api.txt or docs/reference/ is stale: run `pgmq-build generate` and "
+              "commit the result")
+    click.echo("extension/, docs/api.txt and docs/reference/ match the templates and the released scripts")
 
 
 def _listing(files: dict[str, str]) -> str:
     """docs/api.txt's text, from the rendered install script."""
     return surface.listing(files[render.install_name(MANIFEST.version)], MANIFEST)
+
+
+def _reference(files: dict[str, str]) -> dict[str, str]:
+    """docs/reference/*.md, from the rendered install script and the Python declarations."""
+    return reference.pages(files[render.install_name(MANIFEST.version)], MANIFEST)
 
 
 def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | None]], list[Path]]:
