@@ -62,8 +62,10 @@ def _type(param: click.Parameter) -> str:
     if isinstance(param.type, click.Choice):
         return " \\| ".join(f"`{c}`" for c in param.type.choices)
     kind = param.type.get_metavar(param, click.Context(click.Command("x"))) or param.type.name
+    bounds = getattr(param.type, "_describe_range", None)  # click's IntRange / FloatRange
+    kind = str(getattr(param, "metavar", None) or kind).upper() + (f" ({bounds()})" if bounds else "")
     suffix = ", repeatable" if getattr(param, "multiple", False) or param.nargs == -1 else ""
-    return _cell(str(getattr(param, "metavar", None) or kind).upper()) + suffix
+    return _cell(kind) + suffix
 
 
 def _entry(ctx: click.Context) -> list[str]:

@@ -20,11 +20,27 @@ def _doc(obj: object) -> str:
     return inspect.cleandoc(obj.__doc__ or "") if getattr(obj, "__doc__", None) else ""
 
 
+class _Annotation(str):
+    """A postponed annotation (a string) that prints as written, not quoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _signature(name: str, obj: object) -> str:
+    """``name(arguments) -> result`` as the source spells them, without self or cls."""
     try:
-        return f"{name}{inspect.signature(obj)}"  # type: ignore[arg-type]
+        sig = inspect.signature(obj)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return name
+    params = [p.replace(annotation=_Annotation(p.annotation)) if isinstance(p.annotation, str) else p
+              for p in sig.parameters.values()]
+    if params and params[0].name in ("self", "cls"):
+        params = params[1:]
+    result = sig.return_annotation
+    sig = sig.replace(parameters=params,
+                      return_annotation=_Annotation(result) if isinstance(result, str) else result)
+    return f"{name}{sig}"
 
 
 def members(cls: type) -> Iterator[tuple[str, object]]:

@@ -35,12 +35,15 @@ Every public routine of schema `pgmq` in pgmq {version}, grouped by feature. Gen
 the templates by `pgmq-build generate` (do not edit; `pgmq-build check` fails when it is
 stale); the one-line listing of every routine, internal ones included, is [api.txt](../api.txt).
 *Upstream PGMQ* marks routines upstream PGMQ 1.13 has, whose signatures are kept as a contract.
-Every example runs as written in a fresh database after `CREATE EXTENSION pgmq`.
+The errors listed are those the routine's code and the pgmq routines it calls raise, over all
+its overloads and paths; errors PostgreSQL raises by itself (such as 42P01 when the table of a
+queue that does not exist is read) are not. Every example runs as written in a fresh database
+after `CREATE EXTENSION pgmq`.
 """
 
 _RAISE_OPTION = {0: "ERRCODE", 1: "MESSAGE"}  # PLPGSQL_RAISEOPTION_* in parse_plpgsql()'s JSON
 _CALL = re.compile(r"\b{schema}\.(\w+)\s*\(")
-_PLACEHOLDER = re.compile(r"%[sIL]|%(?!%)")
+_PLACEHOLDER = re.compile(r"%(%|[sIL]?)")  # RAISE's %, format()'s %s %I %L; %% is a %
 
 
 @dataclass(frozen=True, order=True)
@@ -98,7 +101,8 @@ def _raised(stmt: dict, schema: str) -> Raised | None:
     if message is None:
         return None  # a bare RAISE re-raises what a handler caught
     condition = _literal(options.get("ERRCODE", "")) or stmt.get("condname") or "raise_exception"
-    message = _PLACEHOLDER.sub("…", message).replace("%%", "%").replace("public.", f"{schema}.")
+    message = _PLACEHOLDER.sub(lambda m: "%" if m.group(1) == "%" else "…", message)
+    message = message.replace("public.", f"{schema}.")
     return Raised(*_sqlstate(condition), " ".join(message.split()))
 
 
