@@ -8,9 +8,11 @@ EXT         = pgmq
 # The control file lives in extension/, so EXTENSION stays unset (PGXS would look for
 # ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
 MODULEDIR   = extension
-# Every extension script: the install scripts of the released versions (frozen) and of the
-# current one, and the upgrade scripts between them (ALTER EXTENSION pgmq UPDATE runs the chain).
-# The standalone scripts (pgmq-standalone--*) are not extension files and are not installed.
+# Every extension script of extension/: the current version's install script, the chain of
+# upgrade steps from each released version (ALTER EXTENSION pgmq UPDATE runs it) and the steps
+# from upstream PGMQ 1.13.x. Older released scripts wait in history/extension/ (for the tests):
+# no upgrade path needs them, so they are not installed. The standalone scripts
+# (pgmq-standalone--*) are not extension files and are not installed.
 DATA        = extension/$(EXT).control $(sort $(wildcard extension/$(EXT)--*.sql))
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -21,7 +23,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
+.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -34,7 +36,12 @@ gates:
 	$(BUILD_PY) -m pgmq_build check
 	$(BUILD_PY) -m pgmq_build lint
 	$(BUILD_PY) -m pgmq_build pgspot
-	$(BUILD_PY) -m ruff check pgmq_build tests pyspark_pgmq.py
+	$(BUILD_PY) -m ruff check pgmq_build bench chaos tests pyspark_pgmq.py
+	NO_MKDOCS_2_WARNING=1 $(BUILD_PY) -m mkdocs build --strict --quiet --site-dir site
+
+# The documentation site, served at http://127.0.0.1:8000/ while you edit docs/ (CONTRIBUTING.md).
+docs:
+	$(BUILD_PY) -m mkdocs serve
 
 # The README's test command: set-up, install, static gates, then the whole suite: everything but
 # the fault suite in two worker processes (each with its own throwaway server; the Spark tests
@@ -63,21 +70,21 @@ demo-spark: deps
 
 bench: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench $(BENCH_ARGS)
+	$(BUILD_PY) -m bench $(BENCH_ARGS)
 
-# Paced producers and consumers for 10 minutes with a 2-minute xmin hold (pgmq_build/bench/steady.py).
+# Paced producers and consumers for 10 minutes with a 2-minute xmin hold (bench/steady.py).
 bench-steady: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench steady $(STEADY_ARGS)
+	$(BUILD_PY) -m bench steady $(STEADY_ARGS)
 
-# The fault suite (pgmq_build/chaos): short scenarios and a 1-minute soak on throwaway servers;
+# The fault suite (chaos): short scenarios and a 1-minute soak on throwaway servers;
 # CHAOS_ARGS="--long --out chaos.md" for minutes-long faults and a 60-minute soak (with the Spark
 # streaming query; "--spark" adds it to the short run).
 chaos: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.chaos $(CHAOS_ARGS)
+	$(BUILD_PY) -m chaos $(CHAOS_ARGS)
 
-# What a metrics call costs on a queue of 1M messages, ours and upstream's (pgmq_build/bench/metrics_cost.py).
+# What a metrics call costs on a queue of 1M messages, ours and upstream's (bench/metrics_cost.py).
 bench-metrics: deps
 	$(MAKE) --no-print-directory install
-	$(BUILD_PY) -m pgmq_build.bench metrics $(METRICS_ARGS)
+	$(BUILD_PY) -m bench metrics $(METRICS_ARGS)

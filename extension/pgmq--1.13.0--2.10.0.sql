@@ -3710,6 +3710,76 @@ END;
 $fn$;
 
 
+-- _static_claim_next: the claim_next statement of each known queue.
+CREATE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+
+-- _static_claim_next_ranked: the claim_next_ranked statement of each known queue.
+CREATE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+
 -- _static_delete: the delete statement of each known queue.
 CREATE FUNCTION pgmq._static_delete(bigint[], text)
 RETURNS SETOF bigint
@@ -6133,6 +6203,110 @@ RETURN v_value;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY priority, msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -6345,7 +6519,8 @@ COMMENT ON FUNCTION pgmq.metrics(queue_name text) IS 'Queue length, visible leng
 
 -- metrics_all: metrics of every queue the caller may read, by name (a role with access to
 -- some queues gets theirs instead of a permission error for the others). Each queue's table is
--- locked first: one dropped since the list was read is left out.
+-- locked first: one dropped since the list was read is left out. On a hot standby the unlogged
+-- queues are left out too: their tables cannot be read there (0A000), and would be empty.
 CREATE FUNCTION pgmq.metrics_all()
 RETURNS SETOF pgmq.metrics_result
 LANGUAGE plpgsql
@@ -6357,6 +6532,7 @@ DECLARE
 BEGIN
     FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
                    WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                     AND NOT (m.is_unlogged AND pg_is_in_recovery())
                    ORDER BY m.queue_name LOOP
         CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
         RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
@@ -6610,7 +6786,7 @@ $fn$;
 -- _note_message_limits: mark a queue whose messages carry their own TTL or retry limit, so its
 -- reads check every row (queues without the mark take the plain read). Checked before writing
 -- so that senders do not queue up on the settings row; the sender's hot path asks first
--- (unless_flagged in _macros/queue.sql.j2), so this runs about once per queue. The queue's table
+-- (unless_flagged in _macros/headers.sql.j2), so this runs about once per queue. The queue's table
 -- is locked before the row (the lock order, _macros/lifecycle.sql.j2).
 CREATE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
@@ -7371,6 +7547,7 @@ DECLARE
     v_row    record;
     v_result pgmq.message_record;
     v_first  text;  -- the first sort key: priority only where the queue has its index
+    v_plain  boolean := only_msg_id IS NULL AND hfilter IS NULL AND pfilter IS NULL AND kinds IS NULL;
 BEGIN
     SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
     IF v_policy.paused THEN
@@ -7389,7 +7566,21 @@ BEGIN
         v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
     END IF;
     LOOP
-        IF NOT v_judged THEN
+        IF NOT v_judged AND v_plain THEN
+            -- no retry rules and no filters (dispatch): the claim's static path, planned once
+            -- per session (static_paths.sql.j2); the same statement as below
+            IF v_policy.priorities THEN
+                SELECT * INTO v_row FROM pgmq._static_claim_next_ranked(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            ELSE
+                SELECT * INTO v_row FROM pgmq._static_claim_next(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            END IF;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSIF NOT v_judged THEN
             -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
             EXECUTE format(
                 $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
@@ -14741,13 +14932,16 @@ BEGIN
     FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
           WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
             AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
+            -- there (0A000, which a queue asked for by name gets)
+            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
     WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
     ORDER BY q.name;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
 
 -- features/ops/functions/browse.sql.j2
 CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)

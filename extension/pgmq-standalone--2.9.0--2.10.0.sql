@@ -38,7 +38,2815 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.metrics_all()
+-- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq.queue_metrics(text)
+-- new: pgmq._static_claim_next(bigint[], integer, text)
+-- new: pgmq._static_claim_next_ranked(bigint[], integer, text)
+
+CREATE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_names text[];
+    v_sql   text;
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
+           clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                               WHERE s.queue_name = %4$L), 300))
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+ FROM pg_catalog.pg_class t
+ JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+ JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                            AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                            AND d.deptype IN ('a', 'i')
+ JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+ JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+ WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name), n.name)
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY priority, msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+RETURN FOUND;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+SELECT * FROM moved ORDER BY msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.metrics_all()
+RETURNS SETOF pgmq.metrics_result
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN SELECT m.queue_name FROM pgmq.meta m
+                   WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')
+                     AND NOT (m.is_unlogged AND pg_is_in_recovery())
+                   ORDER BY m.queue_name LOOP
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        RETURN QUERY SELECT * FROM pgmq.metrics(v_queue);
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_all() IS 'metrics() of every queue the caller may read.';
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_rel    bigint;  -- the table's oid, the claims' key (judged queues only)
+    v_judged boolean;
+    v_done   bigint[] := '{}';
+    v_id     bigint;
+    v_row    record;
+    v_result pgmq.message_record;
+    v_first  text;  -- the first sort key: priority only where the queue has its index
+    v_plain  boolean := only_msg_id IS NULL AND hfilter IS NULL AND pfilter IS NULL AND kinds IS NULL;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    IF v_policy.paused THEN
+        RETURN NULL;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF format_type(v_policy.payload_type, NULL) <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    -- rows are judged by the delivery rules when the queue or its messages have retry rules
+    v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
+    -- (ORDER BY msg_id, msg_id is msg_id order: the planner drops the repeated key)
+    v_first := CASE WHEN v_policy.priorities THEN 'priority' ELSE 'msg_id' END;
+    IF v_judged THEN
+        v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    END IF;
+    LOOP
+        IF NOT v_judged AND v_plain THEN
+            -- no retry rules and no filters (dispatch): the claim's static path, planned once
+            -- per session (static_paths.sql.j2); the same statement as below
+            IF v_policy.priorities THEN
+                SELECT * INTO v_row FROM pgmq._static_claim_next_ranked(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            ELSE
+                SELECT * INTO v_row FROM pgmq._static_claim_next(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            END IF;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSIF NOT v_judged THEN
+            -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          NULL::text AS failed,
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $6)), false) AS expired
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                         AND ($1::bigint IS NULL OR msg_id = $1)
+                         AND msg_id <> ALL ($2)
+                         AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                  'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                         AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                         AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                   ORDER BY %2$I, msg_id
+                   LIMIT 1
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable, v_first)
+            INTO v_row
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, v_policy.message_ttl;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSE
+            -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+            EXECUTE format(
+                $q$SELECT c.msg_id
+                   FROM (
+                       SELECT msg_id
+                       FROM pgmq.%I
+                       WHERE vt <= clock_timestamp()
+                             AND ($1::bigint IS NULL OR msg_id = $1)
+                             AND msg_id <> ALL ($2)
+                             AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                      'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                             AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                             AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                         AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                       ORDER BY %2$I, msg_id
+                       LIMIT 2 * 1::bigint + 32
+                   ) c
+                   WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+                   LIMIT 1$q$, v_qtable, v_first)
+            INTO v_id
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+            IF v_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_id;
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $3)), false) AS expired
+                   FROM pgmq.%I
+                   WHERE msg_id = $1
+                     AND vt <= clock_timestamp()
+                     AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+            INTO v_row
+            USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        END IF;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
+            IF queue_metrics.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
+            -- there (0A000, which a queue asked for by name gets)
+            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.9.0--2.10.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
-from . import ops, reference, render, surface
+from . import history, ops
+from .extras import MissingExtra, missing_extra
 from .manifest import MANIFEST
-from .paths import extension_dir
+from .paths import extension_dir, history_dir
 from .printable import printable
 
 ENVVAR_PREFIX = "PGMQ_BUILD"
@@ -58,8 +59,41 @@ def _bad_option(ctx: click.Context, option: str, message: str) -> click.BadParam
     return click.BadParameter(message + _envvar_note(ctx, param), ctx=ctx, param_hint=option)
 
 
+# The build tools (need the [build] extra); every other command operates a database.
+BUILD_COMMANDS = ("generate", "check", "lint", "pgspot", "explain", "release")
+
+
 class _Group(ops.LazyGroup):
+    """`pgmq-build`: --help lists the operator commands apart from the build tools; a command
+    whose extra is not installed names the extra instead of an ImportError traceback."""
+
     command_class = _Command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)  # as click.Group's listing
+        for name in names:
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows[name in BUILD_COMMANDS].append((name, cmd.get_short_help_str(limit)))
+        for build, title in ((False, "Operator commands (a database: PGMQ_DSN or --dsn)"),
+                             (True, "Build commands (templates/ -> extension/; the [build] extra)")):
+            if rows[build]:
+                with formatter.section(title):
+                    formatter.write_dl(rows[build])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            _fail(str(exc))
+        except ImportError as exc:
+            name = ctx.invoked_subcommand
+            missing = missing_extra(exc, f"pgmq-build {name}", name)
+            if missing is None:
+                raise
+            _fail(str(missing))
 
 
 class FiniteFloat(click.FloatRange):
@@ -105,6 +139,8 @@ def generate(out: Path | None) -> None:
     """Render templates/ into extension/: control file, install and standalone scripts of the
     current version, and the upgrade scripts into it (released scripts are never rewritten);
     and the API listing docs/api.txt and the reference pages docs/reference/ (not with --out)."""
+    from . import reference, render, surface
+
     source = extension_dir()
     outdir = out or source
     try:  # before the render (seconds): a bad --out fails at once
@@ -116,6 +152,9 @@ def generate(out: Path | None) -> None:
         for p in problems:
             click.echo(p, err=True)
         _fail("the manifest's releases do not match extension/ and templates/upgrades/")
+    if outdir.resolve() == source.resolve():  # after a release: what it superseded goes to history/
+        for name in history.move_superseded(MANIFEST.released, source):
+            click.echo(f"moved {name} to {history_dir()}/ (superseded: no upgrade path needs it)")
     try:
         files = render.render_all(MANIFEST, source)
         api = _listing(files)
@@ -125,8 +164,8 @@ def generate(out: Path | None) -> None:
         written = [outdir / name for name in render.write_outputs(outdir, files)]
     except OSError as exc:
         _fail(f"cannot write into {outdir}: {exc}")
-    if outdir.resolve() != source.resolve():  # a complete, installable copy: the frozen scripts too
-        for name in render.released_scripts(MANIFEST.released):
+    if outdir.resolve() != source.resolve():  # a complete, installable copy: the shipped frozen scripts too
+        for name in history.chain(MANIFEST.released) & history.released_names(MANIFEST.released):
             if not (outdir / name).exists():
                 shutil.copyfile(source / name, outdir / name)
                 written.append(outdir / name)
@@ -146,6 +185,8 @@ def check() -> None:
     """Exit non-zero when the committed extension/, docs/api.txt or docs/reference/ differs from
     a fresh render, a released script is missing or altered, the current version is already
     released, or an upgrade step lacks its templates."""
+    from . import reference, render, surface
+
     problems = render.release_problems(extension_dir(), MANIFEST)
     if problems:
         for p in problems:
@@ -168,11 +209,15 @@ def check() -> None:
 
 def _listing(files: dict[str, str]) -> str:
     """docs/api.txt's text, from the rendered install script."""
+    from . import render, surface
+
     return surface.listing(files[render.install_name(MANIFEST.version)], MANIFEST)
 
 
 def _reference(files: dict[str, str]) -> dict[str, str]:
     """docs/reference/*.md, from the rendered install script and the Python declarations."""
+    from . import reference, render
+
     return reference.pages(files[render.install_name(MANIFEST.version)], MANIFEST)
 
 
@@ -180,6 +225,8 @@ def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | N
     """(path, target, previous install script's text or None) of each script to lint, and the
     released (frozen) scripts that are skipped: they are checked by sha256, and linting them
     against today's manifest would be meaningless."""
+    from . import render
+
     paths = files or tuple(sorted(extension_dir().glob("*.sql")))
     frozen = render.released_scripts(MANIFEST.released)
     todo, skipped = [], []
@@ -193,7 +240,7 @@ def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | N
         if len(versions) == 2:  # an upgrade script: lint it against the version it starts from
             old = path.parent / render.install_name(versions[0], target)
             if not old.exists():
-                old = extension_dir() / old.name
+                old = history.find(old.name)
             previous = old.read_text() if old.exists() else ""
         todo.append((path, target, previous))
     return todo, skipped
@@ -255,7 +302,8 @@ def explain(code: str) -> None:
 
 
 @main.command()
-@click.option("--dsn", type=DSN, default=None, help="Database to install into (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, default=None, envvar=["PGMQ_BUILD_INSTALL_DSN", "PGMQ_DSN"],
+              help="Database to install into (libpq DSN or URI); default: env PGMQ_DSN.")
 @click.option("--standalone", is_flag=True, help="Apply the standalone SQL script (no extension files needed).")
 @click.option("--files-only", is_flag=True, help="Only copy the extension files into pg_config --sharedir.")
 @click.option("--pg-config", default="pg_config", show_default=True, help="pg_config to locate the server's sharedir.")
@@ -263,6 +311,9 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
     """Install the extension files and CREATE EXTENSION, or apply the standalone script."""
     from . import install as inst
 
+    ctx = click.get_current_context()
+    if files_only and ctx.get_parameter_source("dsn") is click.core.ParameterSource.ENVIRONMENT:
+        dsn = None  # PGMQ_DSN exported for the other commands: --files-only still touches no database
     if files_only and (dsn or standalone):
         raise click.UsageError("--files-only copies files and touches no database: "
                                "drop --dsn / --standalone, or drop --files-only")
@@ -282,7 +333,8 @@ def install(dsn: str | None, standalone: bool, files_only: bool, pg_config: str)
 
 
 @main.command()
-@click.option("--dsn", type=DSN, required=True, help="Database holding upstream PGMQ (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, envvar=["PGMQ_BUILD_MIGRATE_DSN", "PGMQ_DSN"],
+              help="Database holding upstream PGMQ (libpq DSN or URI); default: env PGMQ_DSN.")
 @click.option("--to", "target", type=click.Choice(["extension", "standalone"]), default=None,
               envvar=[f"{ENVVAR_PREFIX}_MIGRATE_TO", f"{ENVVAR_PREFIX}_MIGRATE_TARGET"],
               help="What it becomes: extension pgmq (default when its files are installed on the server) "
@@ -302,6 +354,8 @@ def migrate(dsn: str, target: str | None, dry_run: bool) -> None:
 
 
 @main.command()
+# not PGMQ_DSN: the tour creates queues, and `make demo` with the variable exported for real work
+# would run it there instead of on a throwaway server
 @click.option("--dsn", type=DSN, default=None, help="Run against this server instead of a throwaway local one.")
 @click.option("--keep", is_flag=True, help="Leave the throwaway server's data directory behind.")
 @click.option("--spark", is_flag=True, help="The Spark pipeline tour (needs the spark extra and Java).")
@@ -326,7 +380,8 @@ def demo(dsn: str | None, keep: bool, spark: bool, migrate_: bool) -> None:
 
 
 @main.command()
-@click.option("--dsn", type=DSN, required=True, help="Database to serve (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, envvar=["PGMQ_BUILD_WORKER_DSN", "PGMQ_DSN"],
+              help="Database to serve (libpq DSN or URI); default: env PGMQ_DSN.")
 @click.option("--queue", "queues", multiple=True, metavar="Q",
               envvar=[f"{ENVVAR_PREFIX}_WORKER_QUEUE", f"{ENVVAR_PREFIX}_WORKER_QUEUES"],
               help="Serve this queue (repeatable; default: every queue in pgmq.list_callbacks(), re-read every 10 s).")
@@ -391,7 +446,8 @@ def worker(dsn: str, queues: tuple[str, ...], min_workers: int, max_workers: int
 
 
 @main.command()
-@click.option("--dsn", required=True, help="Database to show (libpq DSN or URI).")
+@click.option("--dsn", type=DSN, required=True, envvar=["PGMQ_BUILD_DASHBOARD_DSN", "PGMQ_DSN"],
+              help="Database to show (libpq DSN or URI); default: env PGMQ_DSN.")
 @click.option("--bind", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
               help="Address to listen on (keep it local: the dashboard has no login).")
 @click.option("--allow-actions", is_flag=True,

@@ -63,7 +63,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed
 
 from . import streams, validate
 from .streams import StreamBatch, StreamRecord, SubscriptionInfo
@@ -84,6 +84,11 @@ _RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
 # serialization failures and deadlocks. A broken connection has no SQLSTATE at all.
 _TRANSIENT_CLASSES = ("08", "53", "57")
 _TRANSIENT_STATES = ("55P03", "40001", "40P01")
+# After a lost connection (a failover, a restart) every pooled connection is presumed dead: the
+# pool is dropped, and consume() tries the server again every _RECONNECT_EVERY seconds (a refused
+# or read-only connect costs a millisecond or two) for _RECONNECT_FAST_FOR seconds, so that it is
+# back within ~0.1 s of a new primary accepting writes; after that the doubling backoff applies.
+_RECONNECT_EVERY, _RECONNECT_FAST_FOR = 0.05, 60.0
 
 
 def _transient(exc: psycopg.Error) -> bool:
@@ -117,28 +122,39 @@ class _FailureLog:
 class _Retrier:
     """The consume loops' transient errors: logged and retried after a wait that doubles from
     _RETRY_FIRST to _RETRY_MAX while they repeat (cut short by ``stop``); anything else, and
-    everything with ``retry=False``, is raised."""
+    everything with ``retry=False``, is raised. While the server is unreachable (``wait(fast=
+    True)``) the retries come every _RECONNECT_EVERY seconds instead, logged once."""
 
     def __init__(self, loop: str, retry: bool, stop: threading.Event | None) -> None:
         self.loop, self.retry, self.stop = loop, retry, stop
         self.backoff = _RETRY_FIRST
+        self.reconnecting = False
 
-    def check(self, exc: psycopg.Error, what: str) -> None:
+    def check(self, exc: psycopg.Error, what: str, fast: bool = False) -> None:
         if not self.retry or not _transient(exc):
             raise exc
+        if fast and self.reconnecting:
+            return
         text = str(exc).strip()
-        log.warning("pgmq %s: %s failed, retrying in %.1f s: %s", self.loop, what, self.backoff,
+        wait = (f"reconnecting every {_RECONNECT_EVERY:g} s" if fast
+                else f"retrying in {self.backoff:.1f} s")
+        log.warning("pgmq %s: %s failed, %s: %s", self.loop, what, wait,
                     text.splitlines()[0] if text else type(exc).__name__)
 
-    def wait(self) -> None:
+    def wait(self, fast: bool = False) -> None:
+        delay = _RECONNECT_EVERY if fast else self.backoff
         if self.stop is None:
-            time.sleep(self.backoff)
+            time.sleep(delay)
         else:
-            self.stop.wait(self.backoff)
-        self.backoff = min(self.backoff * 2, _RETRY_MAX)
+            self.stop.wait(delay)
+        if fast:
+            self.reconnecting = True
+        else:
+            self.backoff = min(self.backoff * 2, _RETRY_MAX)
 
     def reset(self) -> None:
         self.backoff = _RETRY_FIRST
+        self.reconnecting = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +296,12 @@ class Client:
     one you manage (its connections should be autocommit; the client never closes it). The DSN
     of a shared pool is taken from ``pool.conninfo`` when ``dsn`` is omitted; :meth:`consume`
     needs it for its dedicated LISTEN connection.
+
+    When a call finds its connection dead (server restart, failover, pg_terminate_backend), the
+    others in the pool are presumed dead too: the call raises, and the next one first connects
+    once to check that the server answers (raising that error while it does not), then gets a
+    new pool (a shared pool is drained instead). With a multi-host DSN and
+    ``target_session_attrs=read-write`` that finds the new primary.
     """
 
     def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 4,
@@ -296,24 +318,34 @@ class Client:
             # Connect once up front: a bad DSN fails here with the server's own error instead of
             # a pool timeout at the first call.
             psycopg.connect(dsn, autocommit=True).close()
-            self._pool = ConnectionPool(dsn, min_size=min_size, max_size=max_size,
-                                        kwargs={"autocommit": True}, name="pgmq-client",
-                                        open=True)
+            self._sizes = (min_size, max_size)
+            self._pool = self._new_pool(dsn)
             self._owns_pool = True
         else:
             self._pool = pool
             self._owns_pool = False
         self._dsn = dsn if dsn is not None else self._pool.conninfo
         self._closed = False
+        # _lost_since: when a pooled connection was found dead (None: the pool is presumed
+        # good). The next call checks the server first and then drops the pool (_renew_pool).
+        self._pool_lock = threading.Lock()
+        self._lost_since: float | None = None
+
+    def _new_pool(self, dsn: str) -> ConnectionPool:
+        min_size, max_size = self._sizes
+        return ConnectionPool(dsn, min_size=min_size, max_size=max_size,
+                              kwargs={"autocommit": True}, name="pgmq-client", open=True)
 
     # -- lifecycle
 
     def close(self) -> None:
         """Close the pool if this client made it. Idempotent."""
-        if not self._closed:
+        with self._pool_lock:
+            if self._closed:
+                return
             self._closed = True
-            if self._owns_pool:
-                self._pool.close()
+        if self._owns_pool:
+            self._pool.close()
 
     @property
     def closed(self) -> bool:
@@ -335,8 +367,60 @@ class Client:
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         if self._closed:
             raise RuntimeError("Client is closed")
-        with self._pool.connection() as conn:
-            yield conn
+        if self._lost_since is not None:
+            self._renew_pool()
+        pool = self._pool
+        try:
+            conn = pool.getconn()
+        except PoolClosed:
+            if pool is self._pool:
+                raise
+            pool = self._pool  # another thread renewed the pool meanwhile
+            conn = pool.getconn()
+        try:
+            with conn:  # as pool.connection() does: commit, or roll back on an error
+                yield conn
+        except psycopg.OperationalError:
+            if conn.broken:
+                self._connection_lost(pool)
+            raise
+        finally:
+            pool.putconn(conn)
+
+    def _connection_lost(self, pool: ConnectionPool | None = None) -> None:
+        """A connection died (the server restarted, failed over, or killed it): its pool
+        siblings are presumably dead too, each costing a failed call if handed out."""
+        with self._pool_lock:
+            if (pool is None or pool is self._pool) and self._lost_since is None:
+                self._lost_since = monotonic()
+
+    @property
+    def reconnecting(self) -> bool:
+        """A connection was lost and the server has not answered since (for less than
+        _RECONNECT_FAST_FOR seconds): the consume loops retry every _RECONNECT_EVERY s."""
+        since = self._lost_since
+        return since is not None and monotonic() - since < _RECONNECT_FAST_FOR
+
+    def _renew_pool(self) -> None:
+        """After a lost connection: connect once to check that the server (whichever host of a
+        multi-host DSN accepts us now) answers, raising the connect error while it does not;
+        then replace the whole pool (a shared pool is drained: its idle connections are
+        closed, those in use are closed when given back)."""
+        with self._pool_lock:
+            if self._lost_since is None:
+                return
+            psycopg.connect(self._dsn, autocommit=True).close()
+            if self._closed:  # closed meanwhile: no new pool to leak
+                raise RuntimeError("Client is closed")
+            old = self._pool
+            if self._owns_pool:
+                self._pool = self._new_pool(self._dsn)
+            else:
+                old.drain()
+            self._lost_since = None
+        if self._owns_pool:
+            log.info("pgmq client: connection lost earlier, server back: pool replaced")
+            old.close(timeout=1.0)
 
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
@@ -767,7 +851,10 @@ class Client:
         Transient errors (a broken connection or a server restart, too many connections, disk
         full, a statement_timeout or lock_timeout, a serialization failure or deadlock) are
         logged and retried after a wait that doubles from 0.1 to 5 s while they repeat; the
-        LISTEN connection is made again when it broke. An acknowledgement (or nack) that failed
+        LISTEN connection is made again when it broke. A lost connection (a restart, a
+        failover: docs/guides/high-availability.md) retires the whole pool, and the loop tries
+        the server again every 0.05 s for up to a minute, so it is back within about 0.1 s
+        of a new primary accepting writes. An acknowledgement (or nack) that failed
         so leaves the message leased: it comes back when the lease ends, and is delivered
         again. Other psycopg errors (an unknown queue, a missing privilege) propagate, as
         every error does with ``retry=False``.
@@ -792,13 +879,15 @@ class Client:
         failures = _FailureLog(queue)
 
         def recover(exc: psycopg.Error, what: str) -> None:
-            """Retry a transient error after the backoff, or raise it."""
+            """Retry a transient error after the backoff (soon, while reconnecting), or raise
+            it."""
             nonlocal listener
-            retrier.check(exc, what)
             if listener is not None and (listener.broken or listener.closed):
                 listener.close()
                 listener = None
-            retrier.wait()
+                self._connection_lost()
+            retrier.check(exc, what, fast=self.reconnecting)
+            retrier.wait(fast=self.reconnecting)
 
         try:
             while stop is None or not stop.is_set():
@@ -891,8 +980,9 @@ class Client:
                         handled += len(batch)
                         outcome, exc = streams.handle_batch(conn, batch, handler)
             except psycopg.Error as err:
-                retrier.check(err, "read" if batch is None else f"batch {batch.batch_id}")
-                retrier.wait()
+                retrier.check(err, "read" if batch is None else f"batch {batch.batch_id}",
+                              fast=self.reconnecting)
+                retrier.wait(fast=self.reconnecting)
                 continue
             retrier.reset()
             if batch is None:

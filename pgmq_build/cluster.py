@@ -115,8 +115,7 @@ class TempCluster:
         os.chmod(self.base, 0o755)
         if self._user is not None:
             os.chown(self.base, self._user.pw_uid, self._user.pw_gid)
-        self._run([str(bindir / "initdb"), "-D", str(self.datadir), "-U", self.superuser,
-                   "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        self._make_datadir(bindir)
         self.port = self.port or _free_port()
         conf = {
             "listen_addresses": "'127.0.0.1'",
@@ -134,6 +133,10 @@ class TempCluster:
         self._bindir = bindir
         self.pg_ctl("start")
         return self
+
+    def _make_datadir(self, bindir: Path) -> None:
+        self._run([str(bindir / "initdb"), "-D", str(self.datadir), "-U", self.superuser,
+                   "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
 
     def pg_ctl(self, action: str, mode: str = "fast") -> None:
         args = [str(self._bindir / "pg_ctl"), action, "-D", str(self.datadir), "-w", "-t", "60"]

@@ -7,18 +7,39 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from .manifest import MANIFEST, version_key
 from .paths import extension_dir
-from .render import standalone_name, upgrade_name
+from .scriptnames import standalone_name, upgrade_name
 
 
 class InstallError(RuntimeError):
     pass
+
+
+# What an operator command says in a database without pgmq, instead of psycopg's error.
+NOT_INSTALLED = ("pgmq is not installed in this database: "
+                 "CREATE EXTENSION pgmq there, or run `pgmq-build install --dsn DSN`")
+
+
+def pgmq_missing(exc: psycopg.Error) -> bool:
+    """Whether a server error means that schema pgmq is not there: no CREATE EXTENSION pgmq."""
+    return exc.sqlstate == "3F000" and (exc.diag.message_primary or "") == 'schema "pgmq" does not exist'
+
+
+def has_pgmq(conn: psycopg.Connection) -> bool:
+    """Whether pgmq (the extension or the standalone script) is in conn's database: a routine of
+    it, not just schema pgmq (DROP EXTENSION pgmq leaves the schema). From the catalog, which
+    every role may read (to_regprocedure would need USAGE on the schema)."""
+    return conn.cursor(row_factory=tuple_row).execute("""SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                                          JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                                          WHERE n.nspname = 'pgmq' AND p.proname = 'list_queues')""").fetchone()[0]
 
 
 def sharedir(pg_config: str = "pg_config") -> Path:
@@ -43,15 +64,16 @@ def extension_files(src: Path | None = None) -> list[Path]:
     return files
 
 
-def install_files(pg_config: str = "pg_config") -> list[Path]:
-    """Copy pgmq.control and the pgmq--*.sql scripts into <sharedir>/extension."""
+def install_files(pg_config: str = "pg_config", also: Sequence[Path] = ()) -> list[Path]:
+    """Copy pgmq.control and the pgmq--*.sql scripts into <sharedir>/extension; ``also``: more
+    directories whose pgmq--*.sql to copy (the tests' history/extension/, for old versions)."""
     dest = sharedir(pg_config) / "extension"
     if not dest.is_dir():
         raise InstallError(f"{dest} does not exist: is the PostgreSQL server installed?")
     if not os.access(dest, os.W_OK):
         raise InstallError(f"{dest} is not writable: run as root (sudo make install) or use --standalone")
     copied = []
-    for f in extension_files():
+    for f in [*extension_files(), *(f for d in also for f in sorted(d.glob("pgmq--*.sql")))]:
         target = dest / f.name
         data = f.read_bytes()
         if not target.exists() or target.read_bytes() != data:

@@ -34,7 +34,7 @@ from . import install, surface, upgrade
 from .lint.sqlast import strip_in
 from .manifest import MANIFEST, Manifest
 from .paths import extension_dir
-from .render import install_name, upgrade_name
+from .scriptnames import install_name, upgrade_name
 
 Echo = Callable[[str], None]
 TARGETS = ("extension", "standalone")

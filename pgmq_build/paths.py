@@ -30,3 +30,10 @@ def docs_dir() -> Path:
 
 def repo_root() -> Path:
     return _REPO
+
+
+def history_dir() -> Path:
+    """history/extension/: released scripts no upgrade path needs any more (older install
+    scripts, superseded steps from upstream PGMQ). Frozen like extension/'s released scripts;
+    in the checkout only (`make install` and the wheel ship extension/ alone)."""
+    return _REPO / "history" / "extension"

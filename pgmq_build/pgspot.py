@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import surface
+from . import history, surface
 from .lint.sqlast import split_args
 from .manifest import MANIFEST, Manifest
 from .paths import extension_dir
@@ -53,7 +53,7 @@ def upgrade_source(path: Path) -> Path | None:
     if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone") or versions[0] in MANIFEST.upstream:
         return None  # (a step from upstream PGMQ creates our routines: nothing of ours to append it to)
     name = f"{prefix}--{versions[0]}.sql"
-    return path.parent / name if (path.parent / name).exists() else extension_dir() / name
+    return path.parent / name if (path.parent / name).exists() else history.find(name)
 
 
 def batches(files: Sequence[Path]) -> list[tuple[list[Path], bool]]:

@@ -12,6 +12,7 @@ import jinja2
 from pglast import ast, parse_sql
 
 from . import headers, upgrade
+from . import history as history_
 from .errors import DeclarationError, raise_error
 from .lint import sqlast
 from .lint.script import routine_statements
@@ -25,6 +26,7 @@ from .manifest import (
     version_key,
 )
 from .paths import extension_dir, templates_dir
+from .scriptnames import install_name, standalone_name, upgrade_name  # noqa: F401 (render.X callers)
 
 TARGETS = ("extension", "standalone")
 
@@ -112,18 +114,6 @@ def render_control(manifest: Manifest = MANIFEST, path: Path | None = None) -> s
 
 # ----------------------------------------------------------------------------- file names
 
-def install_name(version: str, target: str = "extension") -> str:
-    return f"pgmq--{version}.sql" if target == "extension" else f"pgmq-standalone--{version}.sql"
-
-
-def upgrade_name(old: str, new: str, target: str = "extension") -> str:
-    return f"pgmq--{old}--{new}.sql" if target == "extension" else f"pgmq-standalone--{old}--{new}.sql"
-
-
-def standalone_name(manifest: Manifest = MANIFEST) -> str:
-    return install_name(manifest.version, "standalone")
-
-
 def step_dir(old: str, new: str) -> str:
     """The step's hand-written templates, relative to templates/."""
     return f"upgrades/{old}--{new}"
@@ -143,11 +133,12 @@ def released_scripts(released: tuple[Release, ...]) -> dict[str, tuple[str, str]
     return {name: (r.version, digest) for r in released for name, digest in r.scripts.items()}
 
 
-def frozen_problems(outdir: Path, released: tuple[Release, ...]) -> list[str]:
-    """Released scripts that are missing from outdir or differ from their recorded sha256."""
+def frozen_problems(outdir: Path, released: tuple[Release, ...], history: Path | None = None) -> list[str]:
+    """Released scripts that are missing from outdir and history/extension/ (``history``) or
+    differ from their recorded sha256 (where each belongs: history.misplaced)."""
     problems = []
     for name, (version, digest) in released_scripts(released).items():
-        path = outdir / name
+        path = history_.find(name, outdir, history)
         if not path.exists():
             problems.append(f"missing released script: {name} (released in {version}; released "
                             "scripts are frozen: restore it from git)")
@@ -199,13 +190,14 @@ def release_problems(outdir: Path, manifest: Manifest = MANIFEST, templates: Pat
 
 
 def read_released(outdir: Path, name: str, manifest: Manifest = MANIFEST) -> str:
-    """A released script's text, after checking it is the one that was released."""
+    """A released script's text (from outdir or history/extension/), after checking it is the
+    one that was released."""
     problems = frozen_problems(outdir, tuple(r for r in manifest.released if name in r.scripts))
     if name not in released_scripts(manifest.released):
         problems.append(f"{name} is not a released script")
     if problems:
         raise RenderError("; ".join(problems))
-    return (outdir / name).read_text()
+    return history_.find(name, outdir).read_text()
 
 
 # ----------------------------------------------------------------------------- upgrade scripts
@@ -368,6 +360,7 @@ def diff_outputs(outdir: Path, files: Mapping[str, str], released: tuple[Release
         elif path.read_text() != text:
             problems.append(f"differs: {name}")
     problems += frozen_problems(outdir, released)
+    problems += history_.misplaced(released, outdir)
     frozen = released_scripts(released)
     for path in sorted(outdir.glob("*")):
         if path.name not in files and path.name not in frozen:

@@ -87,6 +87,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from . import streams as stream_batches
 from . import validate
+from .extras import missing_extra
+from .install import NOT_INSTALLED, has_pgmq, pgmq_missing
 from .printable import printable
 from .streams import BatchHandler
 
@@ -673,8 +675,11 @@ class Worker:
         return psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT,
                                fallback_application_name=_APP_NAME)
 
-    def _reconnect(self, who: str) -> psycopg.Connection[Any] | None:
-        """Connect, retrying with exponential backoff and jitter; None if stopped meanwhile."""
+    def _reconnect(self, who: str, replacing: bool = False) -> psycopg.Connection[Any] | None:
+        """Connect, retrying with exponential backoff and jitter; None if stopped meanwhile.
+        ``replacing``: a connection of this thread was lost (or dropped after an error), so the
+        new one counts as a reconnect even when the first attempt works (after a failover or
+        a pg_terminate_backend it usually does)."""
         delay, attempts, began = 0.1, 0, time.monotonic()
         while not self._stop.is_set():
             attempts += 1
@@ -686,7 +691,7 @@ class Worker:
                 self._stop.wait(_jittered(delay, random.random()))
                 delay = _next_backoff(delay, self.max_backoff)
                 continue
-            if attempts > 1:
+            if replacing or attempts > 1:
                 with self._lock:
                     self._totals.reconnects += 1
                 self._emit(logging.INFO, "reconnected", worker=who, attempts=attempts,
@@ -826,18 +831,21 @@ class Worker:
 
     def _run_dispatcher(self, d: _Dispatcher) -> None:
         conn: psycopg.Connection[Any] | None = None
+        lost = False  # conn is None because a connection was dropped (not the first one)
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect(d.name)
+                    conn = self._reconnect(d.name, replacing=lost)
                     if conn is None:
                         break
+                    lost = True
                     try:
                         d.login = conn.execute("SELECT session_user").fetchone()[0]
                     except psycopg.Error:
                         _close(conn)
                         conn = None
                         continue
+                    lost = False
                 pick = self._sched.take()
                 if pick is None:
                     d.busy_since = None
@@ -851,11 +859,11 @@ class Worker:
                     self._turn(conn, d, *pick)
                 except _Disconnected:
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                 except Exception:  # a bug of ours: log it, start afresh, keep serving
                     self.logger.exception("internal_error", extra={"fields": {"worker": d.name}})
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                     self._stop.wait(1.0)
         finally:
             _close(conn)
@@ -991,13 +999,15 @@ class Worker:
         error). Stops between batches: the batch in flight is always finished."""
         once = self._mode == "once"
         conn: psycopg.Connection[Any] | None = None
+        lost = False  # conn is None because a connection was dropped (not the first one)
         streak = 0  # errors in a row: the rest after one doubles from 50 ms to 5 s
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect(name)
+                    conn = self._reconnect(name, replacing=lost)
                     if conn is None:
                         break
+                    lost = False
                 began = time.monotonic()
                 batch = None
                 try:
@@ -1018,7 +1028,7 @@ class Worker:
                     if conn.broken or conn.closed:
                         self._emit(logging.WARNING, "disconnected", **where)
                         _close(conn)
-                        conn = None
+                        conn, lost = None, True
                     else:
                         self._emit(logging.ERROR, "stream_error", sqlstate=exc.sqlstate, **where)
                     if once:
@@ -1028,7 +1038,7 @@ class Worker:
                 except Exception:  # a bug of ours: log it, start afresh, keep serving
                     self.logger.exception("internal_error", extra={"fields": {"worker": name}})
                     _close(conn)
-                    conn = None
+                    conn, lost = None, True
                     self._stop.wait(1.0)
                     continue
                 streak = 0
@@ -1071,13 +1081,14 @@ class Worker:
         conn: psycopg.Connection[Any] | None = None
         channels: dict[str, str] = {}  # channel -> queue
         version = -1
+        lost = False  # conn is None because a connection was dropped (not the first one)
         try:
             while not self._stop.is_set():
                 if conn is None:
-                    conn = self._reconnect("listener")
+                    conn = self._reconnect("listener", replacing=lost)
                     if conn is None:
                         break
-                    channels, version = {}, -1
+                    channels, version, lost = {}, -1, False
                 try:
                     with self._lock:
                         current = self._queues_version
@@ -1094,7 +1105,7 @@ class Worker:
                         self._emit(logging.WARNING, "disconnected", worker="listener",
                                    error=_first_line(exc))
                         _close(conn)
-                        conn = None
+                        conn, lost = None, True
                     else:
                         self._emit(logging.ERROR, "listener_error", sqlstate=exc.sqlstate,
                                    error=_first_line(exc))
@@ -1187,17 +1198,31 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
     except SettingError as exc:
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
+    try:  # a database without pgmq is a mistake to say now; a server down is reported below
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            if not has_pgmq(conn):
+                log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+                return 1
+    except psycopg.OperationalError:
+        pass
     stop_metrics: Callable[[], None] | None = None
     if metrics_bind:
         from .ops.exits import OpsError
-        from .ops.metrics import serve_worker
 
         try:
-            stop_metrics = serve_worker(worker, dsn, metrics_bind)
-        except OpsError as exc:
-            log.error("bad_options", extra={"fields": {"error": exc.message}})
-            return 2
-        worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
+            from .ops.metrics import serve_worker
+        except ImportError as exc:  # the [ops] extra is optional: the worker runs without /metrics
+            missing = missing_extra(exc, "the worker's /metrics (--metrics-bind)")
+            if missing is None:
+                raise
+            worker._emit(logging.WARNING, "metrics_off", error=str(missing))
+        else:
+            try:
+                stop_metrics = serve_worker(worker, dsn, metrics_bind)
+            except OpsError as exc:
+                log.error("bad_options", extra={"fields": {"error": exc.message}})
+                return 2
+            worker._emit(logging.INFO, "metrics", url=f"http://{metrics_bind}/metrics")
 
     signals = 0
 
@@ -1225,7 +1250,10 @@ def run_cli(dsn: str, queues: Sequence[str] = (), *, once: bool = False,
         log.error("bad_options", extra={"fields": {"setting": exc.setting, "error": str(exc)}})
         return 2
     except psycopg.Error as exc:
-        log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
+        if pgmq_missing(exc):
+            log.error("not_installed", extra={"fields": {"error": NOT_INSTALLED}})
+        else:
+            log.error("cannot_connect", extra={"fields": {"error": _first_line(exc)}})
         return 1
     finally:
         if stop_metrics is not None:

@@ -17,6 +17,8 @@ from pytest_postgresql.executors.noop import NoopExecutor
 from pgmq_build import install
 from pgmq_build.cluster import TempCluster
 from pgmq_build.manifest import MANIFEST
+from pgmq_build.paths import history_dir
+from pgmq_build.replication import ReplicaPair
 from tests.helpers import NO_PARTMAN, install_partman, partman_available
 
 
@@ -39,14 +41,15 @@ class _ServerExecutor(NoopExecutor):
 
 
 def _ensure_extension_files() -> None:
-    """The server must see the current extension files; refresh them when we can."""
+    """The server must see the current extension files, and the released scripts of
+    history/extension/ (tests create old versions and upgrade from them); refresh them when we can."""
     dest = install.sharedir() / "extension"
     try:
-        install.install_files()
+        install.install_files(also=[history_dir()])
         return
     except install.InstallError:
         pass
-    for f in install.extension_files():
+    for f in [*install.extension_files(), *sorted(history_dir().glob("pgmq--*.sql"))]:
         installed = dest / f.name
         if not installed.exists() or installed.read_bytes() != f.read_bytes():
             pytest.exit(
@@ -60,6 +63,30 @@ def pg_cluster() -> Iterator[TempCluster]:
     _ensure_extension_files()
     with TempCluster() as cluster:
         yield cluster
+
+
+@contextlib.contextmanager
+def _replica_pair() -> Iterator[ReplicaPair]:
+    _ensure_extension_files()
+    with ReplicaPair() as pair:
+        with psycopg.connect(pair.dsn(), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pgmq")
+        yield pair
+
+
+@pytest.fixture
+def replica_pair() -> Iterator[ReplicaPair]:
+    """A primary and its synchronous hot standby of our own (tests that fail over destroy
+    them), with `CREATE EXTENSION pgmq` in database postgres; pair.dsn() is multi-host."""
+    with _replica_pair() as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def standby_pair() -> Iterator[ReplicaPair]:
+    """replica_pair shared by a module's tests (which must not fail it over)."""
+    with _replica_pair() as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")

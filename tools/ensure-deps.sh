@@ -56,7 +56,7 @@ if ! command -v java >/dev/null 2>&1; then
     fi
 fi
 
-echo "ensure-deps: installing the Python package and its test and spark dependencies"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test,spark]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
-"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq, rich, prometheus_client, selenium" \
+echo "ensure-deps: installing the Python package and every extra (test, spark, ops, migrate, build, docs)"
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test,spark,ops,migrate,build,docs]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq, rich, prometheus_client, selenium, mkdocs, material" \
     || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }

@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from ..hosts import allowed_hosts, host_allowed
+from ..install import NOT_INSTALLED, has_pgmq
 from ..printable import printable
 from . import charts, queries
 from .sampler import KEEP, Sample, Sampler, rates, window_rates
@@ -31,6 +32,8 @@ log = logging.getLogger("pgmq_build.dashboard")
 
 PAGE_SIZE = 20  # messages per page of the browser
 DLQ_PREVIEW = 20  # dead letters shown per dead-letter queue
+READ_ONLY = "25006"  # read_only_sql_transaction: a write on a hot standby
+STANDBY = "read-only: this server is a standby"
 # SQLSTATEs that mean "no such queue": it does not exist (42P01), or the name could not be one
 # (42602 invalid_name, 42622 name_too_long, 22004 NULL).
 NO_QUEUE = {"42P01", "42602", "42622", "22004"}
@@ -188,6 +191,9 @@ class Dashboard:
             raise HTTPError(503, f"The database is unavailable: {exc}") from None
         except psycopg.Error as exc:
             log.warning("database error on %s %s: %s", req.method, printable(req.path), printable(str(exc)))
+            if exc.sqlstate == READ_ONLY and self._standby():
+                raise HTTPError(409, f"{STANDBY} (in recovery): actions need the primary. "
+                                     f"{exc.diag.message_primary}") from None
             state = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
             raise HTTPError(500, f"Database error{state}: {exc}") from None
 
@@ -213,8 +219,10 @@ class Dashboard:
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         nonce = secrets.token_urlsafe(16)  # the page's own <style> and <script> only
         context.setdefault("notice", None)
+        standby = context.pop("standby", False)
         body = self.env.get_template(template).render(
-            nonce=nonce, csrf=self.csrf_token, allow_actions=self.allow_actions,
+            nonce=nonce, csrf=self.csrf_token, standby=standby,
+            allow_actions=self.allow_actions and not standby,
             sampler_error=self.sampler.last_error, sample_interval=self.sampler.interval,
             refresh=context.pop("refresh", self.refresh), **context)
         csp = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; "
@@ -226,6 +234,14 @@ class Dashboard:
                                phrase=status_phrase(status), message=message)
         response.headers.update(headers)
         return response
+
+    def _standby(self, conn: psycopg.Connection | None = None) -> bool:
+        """Whether the server is a hot standby: the pages say it is read-only and offer no
+        actions (asked on every page: a failover turns a standby into the primary)."""
+        if conn is None:
+            with self._db() as conn:
+                return self._standby(conn)
+        return bool(conn.execute(queries.IN_RECOVERY).fetchone()["standby"])
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[psycopg.Connection]:
@@ -252,11 +268,12 @@ class Dashboard:
     def queue_list(self, req: Request) -> Response:
         with self._db() as conn:
             rows = conn.execute(queries.METRICS_ALL).fetchall()
+            standby = self._standby(conn)
         for r in rows:
             history = self.sampler.history(r["queue_name"])
             r["spark"] = charts.sparkline([(s.at, s.depth) for s in history])
             r["rates"] = window_rates(history)
-        return self.render("queues.html", queues=rows, notice=self._notice(req))
+        return self.render("queues.html", queues=rows, notice=self._notice(req), standby=standby)
 
     def queue_detail(self, req: Request, queue: str) -> Response:
         after = req.int_param("after", 0, 0, 2**63 - 1)
@@ -265,10 +282,11 @@ class Dashboard:
             metrics = conn.execute(queries.METRICS_ONE, (queue,)).fetchone()
             settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
             page = conn.execute(queries.BROWSE, (queue, after, PAGE_SIZE + 1, archived)).fetchall()
+            standby = self._standby(conn)
         return self.render("queue.html", queue=queue, m=metrics, settings=settings,
                            messages=page[:PAGE_SIZE], more=len(page) > PAGE_SIZE, after=after,
                            archived=archived, charts=self._charts(queue),
-                           notice=self._notice(req))
+                           notice=self._notice(req), standby=standby)
 
     def _charts(self, queue: str) -> list:
         history: list[Sample] = self.sampler.history(queue)
@@ -304,8 +322,9 @@ class Dashboard:
                         letters.append({**msg, "dead": _dead_letter_record(msg["headers"])})
                 dlqs.append({"name": name, "m": by_name.get(name), "sources": sources[name],
                              "letters": letters})
+            standby = self._standby(conn)
         return self.render("dead_letters.html", dlqs=dlqs, queue_names=sorted(by_name),
-                           notice=self._notice(req), refresh=0)  # forms: no reloading under them
+                           notice=self._notice(req), refresh=0, standby=standby)  # forms: no reloading under them
 
     # -- actions (POST; checked by _check_post) ------------------------------------------------
 
@@ -352,6 +371,13 @@ def run(dsn: str, bind: str, allow_actions: bool, sample_interval: float, echo=p
         echo(f"error: --bind must be HOST:PORT, got {bind!r}")
         return 2
     host = host.strip("[]")
+    try:  # a database without pgmq is a mistake to say now; a server down may come back later
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            if not has_pgmq(conn):
+                echo(f"error: {NOT_INSTALLED}")
+                return 1
+    except psycopg.OperationalError:
+        pass
     dashboard = Dashboard(dsn, allow_actions=allow_actions, sample_interval=sample_interval)
     try:
         server = dashboard.serve(host, int(port))

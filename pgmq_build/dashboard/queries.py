@@ -3,6 +3,7 @@
 tests/dashboard/test_http.py checks that each execute() in the package gets one of these
 constants."""
 
+IN_RECOVERY = "SELECT pg_is_in_recovery() AS standby"
 METRICS_ALL = "SELECT * FROM pgmq.queue_metrics()"
 METRICS_ONE = "SELECT * FROM pgmq.queue_metrics(%s::text)"
 SETTINGS = "SELECT * FROM pgmq.list_queue_settings() WHERE queue_name = %s::text"

@@ -12,6 +12,8 @@ import importlib
 
 import click
 
+from ..extras import MissingExtra, missing_extra
+
 # command name -> (module of pgmq_build.ops, attribute)
 COMMANDS = {
     "metrics": ("metrics", "metrics_command"),
@@ -34,5 +36,23 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS:
             module, attr = COMMANDS[name]
-            return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+            try:
+                return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+            except ImportError as exc:
+                missing = missing_extra(exc, f"pgmq-build {name}", name)
+                if missing is None:
+                    raise
+                return _unavailable(name, missing)
         return super().get_command(ctx, name)
+
+
+def _unavailable(name: str, missing: MissingExtra) -> click.Command:
+    """A stand-in for a command whose extra is not installed: listed in --help, and running it
+    (with any arguments) says which extra to install."""
+
+    def fail() -> None:
+        raise missing
+
+    return click.Command(name, callback=fail, help=str(missing),
+                         short_help=f"(not installed: pip install 'pgmq-build[{missing.extra}]')",
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

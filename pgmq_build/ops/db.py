@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from ..install import NOT_INSTALLED, has_pgmq, pgmq_missing
 from .exits import NOT_FOUND_SQLSTATES, Exit, OpsError, not_found
 
 APP_NAME = "pgmq-build"
@@ -31,20 +32,50 @@ def open_connection(dsn: str) -> Conn:
 
 
 def connect(dsn: str) -> Conn:
-    """open_connection() for a command: a failure becomes exit 1 with psycopg's reason."""
+    """open_connection() for a command: a failure becomes exit 1 with psycopg's reason, and so
+    does a database without pgmq (with the hint to install it: `top` would retry forever)."""
     try:
-        return open_connection(dsn)
+        conn = open_connection(dsn)
     except psycopg.Error as exc:
         raise database_error(exc, prefix="cannot connect: ") from exc
+    try:
+        installed = has_pgmq(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise database_error(exc) from exc
+    if not installed:
+        conn.close()
+        raise OpsError(NOT_INSTALLED, Exit.DATABASE, "3F000")
+    return conn
 
 
-def database_error(exc: psycopg.Error, prefix: str = "") -> OpsError:
-    """The OpsError a psycopg error becomes: exit 3 for an unknown queue or exchange, else 1."""
+READ_ONLY = "25006"  # read_only_sql_transaction: what a write meets on a hot standby
+STANDBY = "read-only: this server is a standby (run this against the primary): "
+
+
+def in_recovery(dsn: str | None) -> bool:
+    """Whether the server of dsn is a hot standby (False when that cannot be learnt)."""
+    if not dsn:
+        return False
+    try:
+        with open_connection(dsn) as conn:
+            return bool(value(conn, "SELECT pg_is_in_recovery()"))
+    except psycopg.Error:
+        return False
+
+
+def database_error(exc: psycopg.Error, prefix: str = "", standby: bool = False) -> OpsError:
+    """The OpsError a psycopg error becomes: exit 3 for an unknown queue or exchange, else 1.
+    standby: the server is a hot standby, said first when the error is its read-only one."""
     sqlstate = exc.sqlstate
+    if pgmq_missing(exc):
+        return OpsError(prefix + NOT_INSTALLED, Exit.DATABASE, sqlstate)
     text = exc.diag.message_primary
     if not text:  # no server message (e.g. a failed connection): psycopg's first line
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else type(exc).__name__
+    if standby and sqlstate == READ_ONLY:
+        prefix = STANDBY + prefix
     code = Exit.NOT_FOUND if sqlstate in NOT_FOUND_SQLSTATES else Exit.DATABASE
     return OpsError(prefix + text, code, sqlstate)
 

@@ -251,8 +251,9 @@ class WorkerCollector:
         yield CounterMetricFamily("pgmq_worker_dispatch_errors", "Dispatch statements (and "
                                   "stream reads or batches) that failed (rolled back: their "
                                   "messages come back).", value=totals.errors)
-        yield CounterMetricFamily("pgmq_worker_reconnects", "Connections re-established after "
-                                  "a failure.", value=totals.reconnects)
+        yield CounterMetricFamily("pgmq_worker_reconnects", "Connections replaced after one was "
+                                  "lost (or dropped after an error), the first attempt's "
+                                  "success included.", value=totals.reconnects)
 
 
 def parse_bind(text: str) -> tuple[str, int]:

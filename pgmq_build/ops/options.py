@@ -12,7 +12,7 @@ import click
 import psycopg
 
 from ..printable import printable
-from .db import database_error
+from .db import READ_ONLY, database_error, in_recovery
 from .exits import Exit, OpsError
 from .render import Output
 
@@ -45,7 +45,9 @@ def handled(fn: F) -> F:
             report(exc, as_json)
             sys.exit(int(exc.code))
         except psycopg.Error as exc:
-            err = database_error(exc)
+            # a write refused as read-only: say so when it is because the server is a standby
+            standby = exc.sqlstate == READ_ONLY and in_recovery(kwargs.get("dsn"))
+            err = database_error(exc, standby=standby)
             report(err, as_json)
             sys.exit(int(err.code))
         except KeyboardInterrupt:  # Ctrl-C: what was committed stays, like a refused prompt

@@ -1,4 +1,4 @@
-"""The chaos tests start throwaway servers of their own (pgmq_build.chaos.runner): the server
+"""The chaos tests start throwaway servers of their own (chaos.runner): the server
 must see the current extension files, as for the session server of tests/conftest.py."""
 
 from __future__ import annotations

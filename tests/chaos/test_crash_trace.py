@@ -1,8 +1,8 @@
-"""A documented limit (README, Delivery guarantees; found by the chaos suite's restart
+"""A documented limit (docs/concepts/delivery-guarantees.md; found by the chaos suite's restart
 scenario): a take whose transaction dies in a server crash before its WAL reached the disk
 leaves no trace, so the next delivery is not counted as a second one. Each such crash can add at
 most one uncounted delivery per message; counting them for sure would need a WAL flush per take.
-If this test fails, the limit is gone: update the README."""
+If this test fails, the limit is gone: update that page and docs/reliability.md."""
 
 from __future__ import annotations
 

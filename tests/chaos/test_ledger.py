@@ -1,4 +1,4 @@
-"""The ledger check (pgmq_build/chaos/ledger.py) on a hand-made outcome: it must see every kind
+"""The ledger check (chaos/ledger.py) on a hand-made outcome: it must see every kind
 of loss and every delivery beyond the rules, and resolve sends of unknown outcome by their id.
 No load and no faults here: the rows are put where a fault would leave them."""
 
@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgmq_build.chaos import ledger
+from chaos import ledger
 
 
 @pytest.fixture

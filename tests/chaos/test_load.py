@@ -1,4 +1,4 @@
-"""The chaos load's own clients (pgmq_build/chaos/load.py) must come back from whatever a fault
+"""The chaos load's own clients (chaos/load.py) must come back from whatever a fault
 leaves their sessions in, or a scenario measures a dead client instead of the server."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgmq_build.chaos import ledger
-from pgmq_build.chaos.load import Load, stuck
+from chaos import ledger
+from chaos.load import Load, stuck
 
 
 def aborted(conn: psycopg.Connection) -> psycopg.Connection:

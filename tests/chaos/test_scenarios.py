@@ -1,4 +1,4 @@
-"""The short variant of every chaos scenario (pgmq_build/chaos/runner.py), each on a throwaway
+"""The short variant of every chaos scenario (chaos/runner.py), each on a throwaway
 server: nothing lost, nothing delivered beyond the rules, throughput back within 10 % of the
 pre-fault rate within 30 s of each fault, and the fault really happened."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgmq_build.chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
+from chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
 
 pytestmark = pytest.mark.chaos
 
@@ -28,6 +28,9 @@ def fault_happened(name: str, r: dict) -> None:
         assert d["client_errors"].get("57014", 0) > 0  # statement_timeout in read
         assert d["client_errors"].get("55P03", 0) > 0  # lock_timeout in send
         assert d["worker_dispatch_errors"] > 0  # both, inside _dispatch_one
+    elif name == "failover":
+        assert d["promote_seconds"] > 0 and r["worker"]["reconnects"] > 0
+        assert r["client_errors"]  # the load met the dead primary, and went on
     elif name == "disk_full":
         assert d["client_errors"].get("53100", 0) > 0  # the tablespace really filled up
         assert d["filler_bytes"] > 0

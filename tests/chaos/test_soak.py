@@ -1,4 +1,4 @@
-"""A one-minute soak (pgmq_build/chaos/runner.run_soak: steady mixed load, a fault every 8 s)
+"""A one-minute soak (chaos/runner.run_soak: steady mixed load, a fault every 8 s)
 and its report: the ledger holds, every fault is recovered from within 30 s, table sizes and
 dead tuples are sampled and judged by steady.py's flat rule; the report is written as Markdown
 and JSON. Plus the command's options."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from pgmq_build.chaos import cli, report
-from pgmq_build.chaos.runner import RECOVERY_LIMIT, run_soak
+from chaos import cli, report
+from chaos.runner import RECOVERY_LIMIT, run_soak
 
 
 @pytest.mark.chaos

@@ -1,4 +1,4 @@
-"""The chaos load's Spark streaming query (pgmq_build/chaos/spark_query.py): the restart
+"""The chaos load's Spark streaming query (chaos/spark_query.py): the restart
 scenario with the query in the load (on a throwaway server; skipped without pyspark or java),
 the supervisor's reading of a dead query, and the --spark option."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pgmq_build.chaos import cli, spark_query
-from pgmq_build.chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
-from pgmq_build.chaos.spark_query import pending_batch, short_error
+from chaos import cli, spark_query
+from chaos.runner import BY_NAME, RECOVERY_LIMIT, run_scenario
+from chaos.spark_query import pending_batch, short_error
 
 WHY_NOT = spark_query.unavailable()
 

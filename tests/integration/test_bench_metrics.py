@@ -1,4 +1,4 @@
-"""`python3 -m pgmq_build.bench metrics` (pgmq_build/bench/metrics_cost.py) on the test server,
+"""`python3 -m bench metrics` (bench/metrics_cost.py) on the test server,
 with a queue just over the exact-count size: every row reports, ours estimates, and the
 estimate is close to upstream's full count."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pgmq_build.bench import metrics_cost
+from bench import metrics_cost
 
 
 def test_metrics_cost_reports_every_call(dsn, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The steady-state run (`python3 -m pgmq_build.bench steady`, pgmq_build/bench/steady.py) on the
+"""The steady-state run (`python3 -m bench steady`, bench/steady.py) on the
 test server, shortened to 15 s at 200 msg/s with a 5 s xmin hold: the report has its fields and
 nothing was lost (sent = consumed + left in the queue, none consumed twice)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from pgmq_build.bench import steady
+from bench import steady
 from tests.helpers import scalar
 
 ARGS = ["--minutes", "0.25", "--hold-at", "5s", "--hold-seconds", "5", "--rate", "200",

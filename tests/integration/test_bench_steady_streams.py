@@ -1,5 +1,5 @@
-"""The streams' steady-state run (`python3 -m pgmq_build.bench steady --streams`,
-pgmq_build/bench/steady_streams.py) on the test server, shortened to 20 s at 200 events/s with a
+"""The streams' steady-state run (`python3 -m bench steady --streams`,
+bench/steady_streams.py) on the test server, shortened to 20 s at 200 events/s with a
 6 s xmin hold and segments rotating every 3 s: every subscription got every event once, the event
 tables never had a dead tuple, segments were rotated and dropped, and the report has its fields."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from pgmq_build.bench import steady_streams
+from bench import steady_streams
 from tests.helpers import scalar
 
 ARGS = ["--minutes", "0.34", "--hold-at", "8s", "--hold-seconds", "6", "--rate", "200",

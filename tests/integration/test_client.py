@@ -614,3 +614,61 @@ def test_consume_still_raises_what_retrying_cannot_fix(client, conn):
     finally:
         stop.set()
         pool.shutdown()
+
+
+def _kill_all_but(conn: psycopg.Connection) -> int:
+    return scalar(conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend'")
+
+
+def test_a_lost_connection_drops_the_whole_pool(dsn, conn, queue):
+    # Issue 33: after a failover every pooled connection is dead, and each one cost a failed
+    # call (consume(): a failed read and a doubled backoff). One lost connection now retires
+    # the pool: the next call checks that the server answers and gets a fresh pool.
+    with Client(dsn, min_size=4, max_size=4) as client:
+        client.pool.wait(timeout=10)
+        old = client.pool
+        assert old.get_stats()["pool_available"] == 4
+        assert _kill_all_but(conn) >= 4  # (the db fixture's connection too)
+        with pytest.raises(psycopg.OperationalError) as info:
+            client.send(queue, {"n": 0})
+        assert info.value.sqlstate == "57P01"  # admin_shutdown, as the server said it
+        ids = [client.send(queue, {"n": n}) for n in range(1, 5)]  # none meets a dead one
+        assert client.pool is not old and old.closed
+        assert sorted(ids) == ids and len(ids) == 4
+
+
+def test_a_shared_pool_is_drained_not_closed(dsn, conn, queue):
+    with ConnectionPool(dsn, min_size=3, max_size=3, kwargs={"autocommit": True}) as pool, \
+            Client(pool=pool) as client:
+        pool.wait(timeout=10)
+        assert _kill_all_but(conn) >= 3
+        with pytest.raises(psycopg.OperationalError):
+            client.send(queue, {"n": 0})
+        for n in range(1, 4):
+            client.send(queue, {"n": n})
+        assert client.pool is pool and not pool.closed
+
+
+def test_while_the_server_is_down_calls_fail_fast_then_recover(conn, queue):
+    # our own server: stopping the session's would disturb the other tests
+    from pgmq_build.cluster import TempCluster
+
+    with TempCluster() as cluster:
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pgmq")
+            admin.execute("SELECT pgmq.create('jobs')")
+        with Client(dsn, min_size=2, max_size=2) as client:
+            client.pool.wait(timeout=10)
+            cluster.pg_ctl("stop", mode="immediate")
+            for _ in range(2):  # the dead connection, then the check of the server
+                t0 = time.monotonic()
+                with pytest.raises(psycopg.OperationalError):
+                    client.send("jobs", {"n": 0})
+                assert time.monotonic() - t0 < 5  # refused at once, no pool timeout (30 s)
+            assert client.reconnecting
+            cluster.pg_ctl("start")
+            assert client.send("jobs", {"n": 1}) >= 1
+            assert not client.reconnecting

@@ -663,6 +663,8 @@ SELECT * FROM pgmq._static_read_clean_ranked(1, '1 second', NULL, now(), NULL, 2
 SELECT * FROM pgmq._static_pop_clean(1, NULL, NULL, NULL, NULL, 2, true, 'jobs')
 SELECT * FROM pgmq._static_pop_clean_ranked(1, NULL, NULL, NULL, NULL, 2, true, 'jobs')
 SELECT pgmq._static_peek(NULL, NULL, 'jobs'), pgmq._static_peek('{"a": 1}', now(), 'Jobs')
+SELECT * FROM pgmq._static_claim_next('{}', NULL, 'jobs') AS t(msg_id bigint, read_ct integer, enqueued_at timestamptz, last_read_at timestamptz, vt timestamptz, message jsonb, headers jsonb, failed text, expired boolean)
+SELECT * FROM pgmq._static_claim_next_ranked('{}', 60, 'Jobs') AS t(msg_id bigint, read_ct integer, enqueued_at timestamptz, last_read_at timestamptz, vt timestamptz, message jsonb, headers jsonb, failed text, expired boolean)
 SELECT * FROM pgmq._static_delete(ARRAY[0::bigint], 'jobs')
 SELECT pgmq._static_delete_one(0, 'jobs')
 SELECT * FROM pgmq._static_archive(ARRAY[0::bigint], 'jobs')

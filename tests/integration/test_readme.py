@@ -1,15 +1,21 @@
-"""Every SQL and shell example in README.md runs as written.
+"""Every SQL and shell example of the documentation runs as written: README.md, CONTRIBUTING.md
+and every page of docs/ (the site's sources).
 
 Each ```sql block runs through psql (ON_ERROR_STOP, so any error fails it) in a database of its
 own with the extension created, as a superuser would paste it; a few blocks also have what they
-show checked. Each `pgmq-build` line of the ```sh blocks runs with the README's placeholder DSN
-(`postgresql://…`, `…`) replaced by the test server's; the ones that serve until stopped are
-asked over HTTP, then stopped. The `make` lines are the README's set-up commands: CI runs
-`make test` (.ci/run) and tests/integration/test_demo.py runs the demo.
+show checked (SHOWS, keyed by file and first line). A page's blocks also run one after another
+in one database, as a reader pasting the page top to bottom would. Each `pgmq-build` line of the
+```sh blocks runs with the placeholder DSN (`postgresql://…`, `…`) replaced by the test server's;
+the ones that serve until stopped are asked over HTTP, then stopped. The `make` lines are the
+set-up commands: CI runs `make test` (.ci/run), which runs `make deps` and `make gates`, and
+tests/integration/test_demo.py runs the demo; any other line of a ```sh block fails the
+inventory test (what cannot run as written is fenced ```text). The ```python blocks of the README
+and of the Python client guide run against the test server too.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -24,12 +30,25 @@ import pytest
 from pgmq_build.cluster import pg_bindir
 from pgmq_build.migrate import upstream_sql
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+FILES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+# Lines of ```sh blocks that this file does not run, and what runs them instead.
+RUN_ELSEWHERE = {
+    "make demo": "tests/integration/test_demo.py",
+    "make test": "CI (.ci/run)",
+    "make deps": "make test, in CI",
+    "make gates": "make test, in CI",
+}
 
 
-def blocks(lang: str) -> list[tuple[int, str]]:
-    """(line, text) of every fenced block of `lang` (indented ones too, dedented)."""
-    out, lines = [], README.read_text().splitlines()
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def blocks(path: Path, lang: str) -> list[tuple[str, int, str]]:
+    """(file, line, text) of every fenced block of `lang` (indented ones too, dedented)."""
+    out, lines = [], path.read_text().splitlines()
     i = 0
     while i < len(lines):
         m = re.match(r"^(\s*)```" + lang + r"\s*$", lines[i])
@@ -39,34 +58,66 @@ def blocks(lang: str) -> list[tuple[int, str]]:
             while not lines[i].strip().startswith("```"):
                 body.append(lines[i][indent:])
                 i += 1
-            out.append((start, "\n".join(body) + "\n"))
+            out.append((rel(path), start, "\n".join(body) + "\n"))
         i += 1
     return out
 
 
-SQL = blocks("sql")
-SH = blocks("sh")
+SQL = [b for f in FILES for b in blocks(f, "sql")]
+SH = [b for f in FILES for b in blocks(f, "sh")]
+# The ```python blocks that run (client code against the test server); the rest (Spark jobs, alert
+# rules in YAML, ...) are shown only.
+PY = blocks(ROOT / "README.md", "python") + blocks(ROOT / "docs/guides/python-client.md", "python")
+# What a run prints or leaves, checked beyond "it ran": (file, first line's start) -> (stdout
+# text, SQL, its result).
+PY_SHOWS = {
+    ("README.md", "from pgmq_build.client import Client"):
+        ("{'order': 7}", "SELECT count(*) FROM pgmq.a_orders", 1),
+    ("docs/guides/python-client.md", "import threading\n\nfrom pgmq_build"):
+        ("handling {'task': 2}", "SELECT count(*) FROM pgmq.a_jobs", 2),
+    ("docs/guides/python-client.md", "import threading\nfrom datetime"):
+        ("SubscriptionInfo(", "SELECT array_agg(order_id) FROM invoices", [4]),
+}
 
-# What a block shows, checked beyond "it ran": first line's start -> text psql must print.
+# What a block shows, checked beyond "it ran": (file, first line's start) -> text psql must print.
 SHOWS = {
-    "SELECT pgmq.create('jobs')": ['{"a": 1}'],
-    "SELECT pgmq.create_stream('orders', retention": ["billing"],
-    "SELECT pgmq.create('eu_jobs')": ["eu_jobs", "orders_log"],
-    "SELECT pgmq.create_stream('orders');": ['{"id": 1}', '{"id": 2}', "card declined"],
-    "SELECT pgmq.create('orders_eu')": ["orders_eu"],
-    "CREATE ROLE app_owner": ["orders     | app_owner"],
-    "SELECT pgmq.create('docs', 'xml')": ["\\x00ff"],
-    "SELECT pgmq.create('orders');": ["      42"],
+    ("README.md", "SELECT pgmq.create('jobs')"): ["jobs       |     1 |       0"],
+    ("docs/index.md", "SELECT pgmq.create('jobs')"): ['{"task": 1}'],
+    ("docs/concepts/queues-and-streams.md", "SELECT pgmq.create('jobs')"): ['{"a": 1}'],
+    ("docs/concepts/queues-and-streams.md", "SELECT pgmq.create_stream('orders', retention"): ["billing"],
+    ("docs/concepts/queues-and-streams.md", "SELECT pgmq.create('eu_jobs')"): ["eu_jobs", "orders_log"],
+    ("docs/concepts/queues-and-streams.md", "SELECT pgmq.create_stream('orders');"):
+        ['{"id": 1}', '{"id": 2}', "card declined"],
+    ("docs/guides/exchanges-and-routing.md", "SELECT pgmq.create('orders_eu')"): ["orders_eu"],
+    ("docs/guides/access-control.md", "CREATE ROLE app_owner"): ["orders     | app_owner"],
+    ("docs/guides/typed-payloads.md", "SELECT pgmq.create('docs', 'xml')"): ["\\x00ff"],
+    ("docs/guides/callbacks-and-worker.md", "SELECT pgmq.create('orders');"): ["      42"],
 }
 
 
-def test_the_readme_has_the_examples_this_file_runs():
-    assert len(SQL) >= 9 and len(SH) >= 4
-    firsts = [text.splitlines()[0] for _, text in SQL]
-    for start in SHOWS:
-        assert sum(f.startswith(start) for f in firsts) == 1, start
-    assert not [ln for ln, text in SQL if "<" in text and ">" in text.replace("=>", "").replace("->", "")], \
+def ids(items: list[tuple]) -> list[str]:
+    return [f"{f}:{ln}" for f, ln, *_ in items]
+
+
+def test_the_docs_have_the_examples_this_file_runs():
+    assert len(SQL) >= 11 and len(SH) >= 4 and len(PY) == 3
+    for (f, start) in SHOWS:
+        firsts = [text.splitlines()[0] for bf, _, text in SQL if bf == f]
+        assert sum(first.startswith(start) for first in firsts) == 1, (f, start)
+    assert not [(f, ln) for f, ln, text in SQL if "<" in text and ">" in text.replace("=>", "").replace("->", "")], \
         "a placeholder such as <batch_id> cannot run as written"
+
+
+def test_every_shell_line_is_run_here_or_elsewhere():
+    """A ```sh line is a `pgmq-build` command (run below), a comment, or a set-up command that
+    RUN_ELSEWHERE names; anything else belongs in a ```text block."""
+    stray = []
+    for f, line, text in SH:
+        for k, cmd in enumerate(text.splitlines()):
+            cmd = cmd.split("#", 1)[0].strip()
+            if cmd and not cmd.startswith("pgmq-build ") and cmd not in RUN_ELSEWHERE:
+                stray.append(f"{f}:{line + k}: {cmd}")
+    assert not stray, stray
 
 
 @pytest.fixture
@@ -92,27 +143,55 @@ def psql(dsn: str, script: str) -> subprocess.CompletedProcess:
                           input=script, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("line,script", SQL, ids=[f"README.md:{ln}" for ln, _ in SQL])
-def test_sql_example_runs_as_written(fresh_db, line, script):
+@pytest.mark.parametrize("file,line,script", SQL, ids=ids(SQL))
+def test_sql_example_runs_as_written(fresh_db, file, line, script):
     out = psql(fresh_db, script)
-    assert out.returncode == 0, f"README.md:{line} failed:\n{out.stdout[-3000:]}\n{out.stderr}"
+    assert out.returncode == 0, f"{file}:{line} failed:\n{out.stdout[-3000:]}\n{out.stderr}"
     assert "ERROR" not in out.stderr, out.stderr
-    for start, shown in SHOWS.items():
-        if script.startswith(start):
+    for (f, start), shown in SHOWS.items():
+        if f == file and script.startswith(start):
             for text in shown:
-                assert text in out.stdout, f"README.md:{line} does not show {text!r}:\n{out.stdout}"
+                assert text in out.stdout, f"{file}:{line} does not show {text!r}:\n{out.stdout}"
+
+
+PAGES = sorted({f for f, _, _ in SQL if sum(bf == f for bf, _, _ in SQL) > 1})
+
+
+@pytest.mark.parametrize("file", PAGES)
+def test_a_pages_sql_examples_run_one_after_another(fresh_db, file):
+    """A reader pastes a page top to bottom into one database: no block trips over an earlier one."""
+    for f, line, script in SQL:
+        if f == file:
+            out = psql(fresh_db, script)
+            assert out.returncode == 0, f"{file}:{line} failed after the blocks above it:\n{out.stderr}"
+
+
+@pytest.mark.parametrize("file,line,code", PY, ids=ids(PY))
+def test_python_example_runs_as_written(fresh_db, file, line, code):
+    """Client code of the docs, with its DSN replaced by the test server's."""
+    literal = '"postgresql://postgres@localhost/app"'
+    assert literal in code, f"{file}:{line}: the example's DSN is {literal}"
+    code = code.replace(literal, repr(dsn_url(fresh_db)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, f"{file}:{line} failed:\n{out.stderr}"
+    (printed, sql, result), = [v for (f, start), v in PY_SHOWS.items()
+                               if f == file and code.startswith(start)]
+    assert printed in out.stdout, out.stdout
+    with psycopg.connect(fresh_db) as c:
+        assert c.execute(sql).fetchone()[0] == result
 
 
 # -- shell ------------------------------------------------------------------------------------
 
-def commands() -> list[tuple[int, str]]:
+def commands() -> list[tuple[str, int, str]]:
     """Every `pgmq-build` command of the ```sh blocks, comment stripped."""
     out = []
-    for line, text in SH:
+    for f, line, text in SH:
         for k, cmd in enumerate(text.splitlines()):
             cmd = cmd.split("#", 1)[0].strip()
             if cmd.startswith("pgmq-build "):
-                out.append((line + k, cmd))
+                out.append((f, line + k, cmd))
     return out
 
 
@@ -152,17 +231,17 @@ def served(args: list[str], url: str) -> str:
 CMDS = commands()
 
 
-def test_the_readme_shell_examples_are_these():
-    seen = {cmd.split()[1] for _, cmd in CMDS}
+def test_the_shell_examples_are_these():
+    seen = {cmd.split()[1] for _, _, cmd in CMDS}
     assert {"migrate", "metrics", "worker", "dashboard"} <= seen
 
 
-@pytest.mark.parametrize("line,cmd", CMDS, ids=[f"README.md:{ln}" for ln, _ in CMDS])
-def test_shell_example_runs_as_written(pg_cluster, fresh_db, line, cmd):
+@pytest.mark.parametrize("file,line,cmd", CMDS, ids=ids(CMDS))
+def test_shell_example_runs_as_written(pg_cluster, fresh_db, file, line, cmd):
     args = with_dsn(cmd, fresh_db)
     sub = cmd.split()[1]
     if sub == "migrate":
-        # the README's case: upstream's SQL-only install, no extension row
+        # the documented case: upstream's SQL-only install, no extension row
         with psycopg.connect(fresh_db, autocommit=True) as c:
             c.execute("DROP EXTENSION pgmq CASCADE")
             c.execute(upstream_sql()[1])

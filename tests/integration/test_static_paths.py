@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import column, scalar
 
 PATHS = ["send", "send_dedup", "send_batch", "read", "read_judged", "read_ttl", "read_clean", "pop", "pop_judged",
-         "pop_ttl", "pop_clean", "read_ttl_clean", "pop_ttl_clean", "peek",
+         "pop_ttl", "pop_clean", "read_ttl_clean", "pop_ttl_clean", "peek", "claim_next", "claim_next_ranked",
          "delete", "delete_one", "archive", "set_vt"]
 
 
@@ -200,3 +200,39 @@ def test_acknowledgements_planned_on_a_nearly_empty_queue_never_scan_it(conn, ac
         for i in range(5):
             assert column(conn, ack, ([100 + i],)) not in ([], [None], [False])  # it found the row
         assert scalar(conn, scans) == before
+
+
+def test_the_claim_path_keeps_order_skips_locked_rows_and_expires(conn, connect):
+    """claim_next (dispatch's claim, _claim_message without filters): priority then msg_id, rows
+    another transaction holds skipped (never taken twice), a message past its x-pgmq-ttl
+    dead-lettered rather than delivered, a huge ttl header saturating instead of failing."""
+    conn.execute("SELECT pgmq.create('work'), pgmq.enable_priorities('work')")
+    assert routed(conn, "claim_next_ranked") == ["work"]
+    low = scalar(conn, "SELECT pgmq.send('work', '{\"n\": 1}')")
+    high = scalar(conn, "SELECT pgmq.send('work', '{\"n\": 2}', '{\"x-pgmq-priority\": -5}'::jsonb)")
+    old = scalar(conn, "SELECT pgmq.send('work', '{\"n\": 3}', '{\"x-pgmq-ttl\": 1}'::jsonb)")
+    huge = scalar(conn, "SELECT pgmq.send('work', '{\"n\": 4}')")
+    conn.execute("UPDATE pgmq.q_work SET enqueued_at = now() - interval '1 hour' WHERE msg_id = %s", (old,))
+    # a header send refuses, as a row written before the checks (or around them) may hold it
+    conn.execute("UPDATE pgmq.q_work SET headers = '{\"x-pgmq-ttl\": 1e30}' WHERE msg_id = %s", (huge,))
+    claim = "SELECT (pgmq._claim_message('work', NULL, NULL, NULL)).msg_id"
+    holder = connect()
+    holder.autocommit = False
+    assert scalar(holder, claim) == high  # lower priority first; held until holder ends
+    other = connect()
+    other.autocommit = False
+    assert scalar(other, claim) == low  # the held row is skipped, not waited for
+    assert scalar(other, claim) == low  # (the same transaction's own lock: still the first)
+    other.rollback()
+    third = connect()
+    third.autocommit = False
+    taken = [scalar(third, "SELECT (pgmq._claim_message('work', NULL, NULL, NULL, NULL)).msg_id")]
+    third.execute("SELECT pgmq.delete('work', %s::bigint)", (taken[0],))
+    taken.append(scalar(third, claim))
+    third.commit()
+    # `old` was dead-lettered on the way (expired: into the archive, no dead-letter queue set),
+    # `huge` is deliverable
+    assert taken == [low, huge]
+    assert column(conn, "SELECT msg_id FROM pgmq.a_work") == [old]
+    holder.rollback()
+    assert scalar(conn, claim) == high

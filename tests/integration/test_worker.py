@@ -449,3 +449,33 @@ def test_bad_tx_batch_is_refused(bad):
 def test_cli_refuses_a_bad_tx_batch(bad):
     result = CliRunner().invoke(main, ["worker", "--dsn", "dbname=x", "--tx-batch", bad])
     assert result.exit_code == 2 and "--tx-batch" in result.output
+
+
+def test_every_replaced_connection_is_counted_even_when_the_first_attempt_works(cb, dsn, events):
+    # Issue 33: after a failover (or pg_terminate_backend) the first reconnect usually works,
+    # and pgmq_worker_reconnects_total stayed 0 then.
+    from prometheus_client import generate_latest
+
+    from pgmq_build.ops.metrics import WorkerCollector, registry_for
+
+    logger, ev = events
+    backends = ("FROM pg_stat_activity WHERE application_name = 'pgmq-worker' "
+                "AND datname = current_database()")
+    w = Worker(dsn, min_workers=2, max_workers=2, naptime_ms=50, logger=logger).start()
+    try:
+        wait_for(lambda: scalar(cb, f"SELECT count(*) {backends}") == 3,
+                 what="two dispatchers and the listener connected")
+        assert w.totals.reconnects == 0
+        assert scalar(cb, f"SELECT count(pg_terminate_backend(pid)) {backends}") == 3
+        send_n(cb, "work", 30, sleep=0.01)  # work for both dispatchers: each finds its loss
+        wait_for(lambda: w.totals.done == 30, timeout=30, what="the queue to drain")
+        lost = [f["worker"] for e, f in ev.seen if e == "disconnected"]
+        wait_for(lambda: w.totals.reconnects == len(lost) >= 2, what="the reconnects counted")
+        assert "listener" in lost
+        text = generate_latest(registry_for(WorkerCollector(w))).decode()
+        assert f"pgmq_worker_reconnects_total {float(w.totals.reconnects)}" in text
+    finally:
+        w.stop()
+    again = [f for e, f in ev.seen if e == "reconnected"]
+    assert len(again) == w.totals.reconnects and {f["attempts"] for f in again} == {1}
+    assert_exactly_once(cb, set(range(1, 31)))

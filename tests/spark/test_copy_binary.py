@@ -312,7 +312,7 @@ def test_bench_raw_copy_baseline(dsn, spark):
     import csv
     import io
 
-    from pgmq_build.bench import spark as bench
+    from bench import spark as bench
 
     # the baseline COPYs the very messages the Spark rows publish
     raw = [row[1] for row in csv.reader(io.StringIO(bench._raw_copy_data(3).decode()))]

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from pgmq_build.bench import run as bench_run
-from pgmq_build.bench import server
-from pgmq_build.bench.report import (
+from bench import run as bench_run
+from bench import server
+from bench.report import (
     NOT_APPLICABLE,
     OURS,
     RAW,
@@ -24,8 +24,8 @@ from pgmq_build.bench.report import (
     format_table,
     ratio,
 )
-from pgmq_build.bench.run import PREFILL, UPSTREAM_PACKAGE, parse_args, round_order
-from pgmq_build.bench.workloads import BY_NAME, WORKLOADS
+from bench.run import PREFILL, UPSTREAM_PACKAGE, parse_args, round_order
+from bench.workloads import BY_NAME, WORKLOADS
 
 # A real backend's line (PostgreSQL 15), fields 14 and 15 (utime, stime) = 1234 and 56.
 STAT = ("4242 (postgres) S 4100 4100 4100 0 -1 4194560 1093 0 0 0 1234 56 0 0 20 0 1 0 "
@@ -225,7 +225,7 @@ def test_upstream_sql_pip_installs_the_package_when_missing(monkeypatch):
 
 
 def test_the_worker_row_runs_the_real_worker_with_its_default_pool_on_ours_only():
-    from pgmq_build.bench import workloads
+    from bench import workloads
     from pgmq_build.worker import MIN_WORKERS
 
     w = BY_NAME["worker"]
@@ -245,7 +245,7 @@ def test_the_worker_row_runs_the_real_worker_with_its_default_pool_on_ours_only(
 
 
 def test_the_stream_rows_run_on_raw_and_ours_and_show_a_dash_for_upstream():
-    from pgmq_build.bench import streams
+    from bench import streams
 
     names = ["stream_send", "stream_send_batch", "stream_consume", "stream_fanout"]
     assert [w.name for w in WORKLOADS if w.name.startswith("stream_")] == names
@@ -267,7 +267,7 @@ def test_the_stream_rows_run_on_raw_and_ours_and_show_a_dash_for_upstream():
 
 
 def test_rows_stored_per_message_are_reported_for_the_cells_that_count_them():
-    from pgmq_build.bench.report import format_stored
+    from bench.report import format_stored
 
     cells = [Cell("send", 1, systems=[RAW, OURS]),
              Cell("stream_fanout", 1, systems=[RAW, OURS], stored={OURS: 1.0, RAW: 10.0})]
@@ -277,7 +277,7 @@ def test_rows_stored_per_message_are_reported_for_the_cells_that_count_them():
 
 def test_the_fanout_ops_take_the_subscriptions_in_turn():
     """Each op of stream_fanout reads the next subscription's batch (ours and the baseline)."""
-    from pgmq_build.bench import streams
+    from bench import streams
 
     class Cursor:
         def __init__(self):

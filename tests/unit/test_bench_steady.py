@@ -1,4 +1,4 @@
-"""The steady-state run's pure parts (pgmq_build/bench/steady.py), without a server: options,
+"""The steady-state run's pure parts (bench/steady.py), without a server: options,
 phases, percentiles, the flat rule, recovery after the hold and the summary."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from pgmq_build.bench import run as bench_run
-from pgmq_build.bench import steady
-from pgmq_build.bench.steady import (
+from bench import run as bench_run
+from bench import steady
+from bench.steady import (
     Config,
     Op,
     Sample,

@@ -1,12 +1,12 @@
-"""The streams' steady-state run's pure parts (pgmq_build/bench/steady_streams.py), without a
+"""The streams' steady-state run's pure parts (bench/steady_streams.py), without a
 server: options, the ledger of events sent and received, the phases' figures, the verdicts."""
 
 from __future__ import annotations
 
 import pytest
 
-from pgmq_build.bench import steady, steady_streams
-from pgmq_build.bench.steady_streams import (
+from bench import steady, steady_streams
+from bench.steady_streams import (
     Config,
     Ledger,
     Op,

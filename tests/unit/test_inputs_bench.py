@@ -1,4 +1,4 @@
-"""The benchmarks' options (python3 -m pgmq_build.bench [steady], pgmq_build.bench.spark):
+"""The benchmarks' options (python3 -m bench [steady], bench.spark):
 nan/inf, negative counts and a DSN libpq cannot parse exit 2 naming the option, before any
 server or Spark session starts."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgmq_build.bench import run, steady
+from bench import run, steady
 
 
 @pytest.mark.parametrize("parse,argv,words", [
@@ -30,7 +30,7 @@ def test_bad_bench_options_exit_2(capsys, parse, argv, words):
 
 def test_spark_bench_refuses_bad_rows_and_dsn_before_starting_spark(capsys):
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
-    from pgmq_build.bench import spark as spark_bench
+    from bench import spark as spark_bench
 
     for argv, word in ((["--rows", "0"], "--rows must be at least 1"),
                        (["--dsn", "nonsense"], "--dsn is not a libpq connection string")):

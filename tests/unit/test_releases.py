@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgmq_build import cli, pgspot, render
+from pgmq_build import cli, history, pgspot, render
 from pgmq_build.lint import lint_script
 from pgmq_build.manifest import MANIFEST, RELEASED, VERSION, Release, version_key
 from pgmq_build.paths import extension_dir, templates_dir
@@ -19,6 +19,7 @@ from tests.helpers import run_cli
 from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 
 OLD = RELEASED[-1].version
+PREV = RELEASED[-2].version
 STEP = f"{OLD}--{VERSION}"
 # the steps from upstream PGMQ (README "Migrating from PGMQ")
 UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
@@ -60,7 +61,7 @@ def test_released_hashes_are_the_committed_files():
     for release in RELEASED:
         assert set(release.scripts) >= {f"pgmq--{release.version}.sql", f"pgmq-standalone--{release.version}.sql"}
         for name, digest in release.scripts.items():
-            assert hashlib.sha256((extension_dir() / name).read_bytes()).hexdigest() == digest, name
+            assert hashlib.sha256(history.find(name).read_bytes()).hexdigest() == digest, name
 
 
 def test_pyproject_version_matches():
@@ -129,19 +130,20 @@ def test_check_passes_on_the_committed_tree():
 
 
 def test_check_fails_when_a_released_script_is_altered(ext_copy):
-    path = ext_copy / f"pgmq--{OLD}.sql"
+    # a released step of the chain (extension/; history/'s are tests/unit/test_history.py's)
+    path = ext_copy / f"pgmq--{PREV}--{OLD}.sql"
     path.write_text(path.read_text() + "-- a fix\n")
     result = run_cli("check")
     assert result.exit_code == 1
-    assert f"altered released script: pgmq--{OLD}.sql" in result.output
+    assert f"altered released script: pgmq--{PREV}--{OLD}.sql" in result.output
     assert "frozen" in result.output
 
 
 def test_check_fails_when_a_released_script_is_missing(ext_copy):
-    (ext_copy / f"pgmq-standalone--{OLD}.sql").unlink()
+    (ext_copy / f"pgmq-standalone--{PREV}--{OLD}.sql").unlink()
     result = run_cli("check")
     assert result.exit_code == 1
-    assert f"missing released script: pgmq-standalone--{OLD}.sql" in result.output
+    assert f"missing released script: pgmq-standalone--{PREV}--{OLD}.sql" in result.output
 
 
 def test_check_flags_unexpected_and_stale_upgrade_scripts(ext_copy):
@@ -221,10 +223,11 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
                      **dict.fromkeys(UPSTREAM_FILES, True)}
     # a step from upstream is linted as an upgrade from an unknown script (upstream's is not here)
     assert all(previous == "" for p, _, previous in todo if p.name in UPSTREAM_FILES)
-    assert sorted(p.name for p in skipped) == sorted(render.released_scripts(RELEASED))
+    # the released scripts that ship: the chain of steps (the rest is in history/extension/)
+    assert sorted(p.name for p in skipped) == sorted(history.chain(RELEASED))
     result = run_cli("lint")
     assert result.exit_code == 0, result.output
-    assert f"{len(render.released_scripts(RELEASED))} released script(s) skipped" in result.output
+    assert f"{len(history.chain(RELEASED))} released script(s) skipped" in result.output
 
 
 def test_pgspot_checks_each_upgrade_script_after_its_source():

@@ -12,11 +12,10 @@ import uuid
 import psycopg
 import pytest
 
-from pgmq_build import install, render, upgrade
+from pgmq_build import history, install, render, upgrade
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.lint import lint_script
 from pgmq_build.manifest import MANIFEST, policies
-from pgmq_build.paths import extension_dir
 from tests.helpers import scalar
 from tests.upgrade.scenario import connected, populate, queue_rows
 
@@ -110,7 +109,7 @@ def synthetic_versions():
 @pytest.mark.parametrize("target", render.TARGETS)
 def test_generated_routine_changes_make_an_upgraded_database_equal_a_fresh_one(dbs, role, target,
                                                                                 synthetic_versions):
-    old_sql = (extension_dir() / render.install_name(OLD, target)).read_text() + old_extra(role)
+    old_sql = history.find(render.install_name(OLD, target)).read_text() + old_extra(role)
     new_sql = render.render_install(MANIFEST, target)
     new_sql = edit_real_routine(new_sql) + new_extra(role)
     script = render.render_upgrade(MANIFEST, OLD, MANIFEST.version, target, old_sql, new_sql)

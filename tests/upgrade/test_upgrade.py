@@ -8,10 +8,9 @@ import psycopg
 import pytest
 from pglast import ast, parse_sql
 
-from pgmq_build import install, render, upgrade
+from pgmq_build import history, install, render, upgrade
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
-from pgmq_build.paths import extension_dir
 from tests.helpers import column, run_cli, scalar
 from tests.upgrade.scenario import connected, populate, queue_rows
 
@@ -113,7 +112,7 @@ def test_install_cli_updates_the_extension(dbs):
 
 def run_script(dsn: str, name: str) -> None:
     with psycopg.connect(dsn) as c:  # one transaction, as psql -1
-        c.execute((extension_dir() / name).read_text())
+        c.execute(history.find(name).read_text())
 
 
 @pytest.mark.parametrize("old", OLD_VERSIONS)
@@ -173,15 +172,15 @@ def planted_conflict(old: str) -> tuple[str, str] | None:
     """SQL that makes an object the step old -> NEW creates, and what it is; None when the step
     creates nothing. Prefers a routine new in NEW (the generic case), else any object the step's
     pre/post templates create."""
-    new_sql = (extension_dir() / render.install_name(NEW)).read_text()
-    old_sql = (extension_dir() / render.install_name(old)).read_text()
+    new_sql = history.find(render.install_name(NEW)).read_text()
+    old_sql = history.find(render.install_name(old)).read_text()
     p = upgrade.plan_routines(old_sql, new_sql)
     routines = upgrade.parse_script(new_sql).routines
     for key in p.of("new"):
         r = routines[key]
         body = "RETURNS void LANGUAGE sql AS ''" if r.kind == "function" else "LANGUAGE sql AS ''"
         return f"CREATE {r.keyword} {r.signature} {body}", r.signature
-    script = (extension_dir() / render.upgrade_name(old, NEW)).read_text()
+    script = history.find(render.upgrade_name(old, NEW)).read_text()
     for raw in parse_sql(upgrade.strip_guard(script)):
         node = raw.stmt
         if isinstance(node, ast.CreateStmt | ast.ViewStmt | ast.CompositeTypeStmt):

@@ -1,3 +1,0 @@
-"""The benchmarks behind `make bench` (``python3 -m pgmq_build.bench``): run.py measures pgmq's
-SQL API against a plain-SQL baseline (the workloads are in workloads.py), spark.py the Spark
-connector's publish and consume paths."""

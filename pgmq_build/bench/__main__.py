@@ -1,7 +1,0 @@
-"""``python3 -m pgmq_build.bench [options]``: the benchmark of `make bench` (see run.py)."""
-
-import sys
-
-from .run import main
-
-sys.exit(main())
