@@ -138,8 +138,8 @@ def main() -> None:
 def generate(out: Path | None) -> None:
     """Render templates/ into extension/: control file, install and standalone scripts of the
     current version, and the upgrade scripts into it (released scripts are never rewritten);
-    and the API listing docs/api.txt (not with --out)."""
-    from . import render, surface
+    and the API listing docs/api.txt and the reference pages docs/reference/ (not with --out)."""
+    from . import reference, render, surface
 
     source = extension_dir()
     outdir = out or source
@@ -172,6 +172,8 @@ def generate(out: Path | None) -> None:
     if out is None:
         listing = surface.listing_path()
         written += [listing.parent / n for n in render.write_outputs(listing.parent, {listing.name: api})]
+        where = reference.reference_dir()
+        written += [where / n for n in render.write_outputs(where, _reference(files))]
     for path in written:
         click.echo(f"wrote {path}")
     if not written:
@@ -180,10 +182,10 @@ def generate(out: Path | None) -> None:
 
 @main.command()
 def check() -> None:
-    """Exit non-zero when the committed extension/ or docs/api.txt differs from a fresh render,
-    a released script is missing or altered, the current version is already released, or an
-    upgrade step lacks its templates."""
-    from . import render, surface
+    """Exit non-zero when the committed extension/, docs/api.txt or docs/reference/ differs from
+    a fresh render, a released script is missing or altered, the current version is already
+    released, or an upgrade step lacks its templates."""
+    from . import reference, render, surface
 
     problems = render.release_problems(extension_dir(), MANIFEST)
     if problems:
@@ -194,13 +196,15 @@ def check() -> None:
         files = render.render_all(MANIFEST, extension_dir())
         problems = render.diff_outputs(extension_dir(), files, MANIFEST.released)
         problems += surface.listing_problems(_listing(files))
+        problems += reference.problems(_reference(files))
     except render.RenderError as exc:
         _fail(f"render failed: {exc}")
     for p in problems:
         click.echo(p, err=True)
     if problems:
-        _fail("extension/ or docs/api.txt is stale: run `pgmq-build generate` and commit the result")
-    click.echo("extension/ and docs/api.txt match the templates and the released scripts")
+        _fail("extension/, docs/api.txt or docs/reference/ is stale: run `pgmq-build generate` and "
+              "commit the result")
+    click.echo("extension/, docs/api.txt and docs/reference/ match the templates and the released scripts")
 
 
 def _listing(files: dict[str, str]) -> str:
@@ -208,6 +212,13 @@ def _listing(files: dict[str, str]) -> str:
     from . import render, surface
 
     return surface.listing(files[render.install_name(MANIFEST.version)], MANIFEST)
+
+
+def _reference(files: dict[str, str]) -> dict[str, str]:
+    """docs/reference/*.md, from the rendered install script and the Python declarations."""
+    from . import reference, render
+
+    return reference.pages(files[render.install_name(MANIFEST.version)], MANIFEST)
 
 
 def lint_targets(files: tuple[Path, ...]) -> tuple[list[tuple[Path, str, str | None]], list[Path]]:

@@ -22,54 +22,8 @@ Directions and their guarantees:
   returns the events between two positions (``fromPosition``, ``toPosition``) without consuming
   them, and the writers append events (``ev_id, ev_time, message, headers``).
 
-Options (case-insensitive):
-
-=====================  ======  ===========================================================
-option                 where   meaning
-=====================  ======  ===========================================================
-dsn                    all     libpq connection string or URL (required)
-user, password         all     added to dsn (Spark redacts a ``password`` option in plans
-                               and logs; a password inside ``dsn`` is not redacted)
-queue                  all     queue name
-stream                 all     stream name (instead of queue; queue-only options are refused)
-subscription           stream  the stream's subscription the query consumes (made from
-                               startingOffsets when missing; the query is its only consumer)
-fromPosition,          read    a stream's positions: events committed after fromPosition
-toPosition                     (default: the earliest kept) and by toPosition (default: one
-                               made when the read is planned)
-table                  read    ``queue`` (default) or ``archive``
-numPartitions          read    Spark partitions (snapshot default: one per 100k msg_ids;
-                               stream default 2)
-messageColumn          write   JSON text, binary or struct/map/array column (``message``)
-headersColumn          write   JSON object column; default ``headers`` if present
-delayColumn            write   seconds (integer) or visibility timestamp; default ``delay``
-priorityColumn         write   integer, goes into header ``x-pgmq-priority``; default
-                               ``priority`` if present (lower is served first)
-exchange               write   publish through ``pgmq.publish(exchange, routing_key, ...)``
-routingKeyColumn       write   routing key column (``routing_key``); without ``exchange``
-                               the rows go through ``pgmq.send_topic``
-allowUnroutable        write   topic routing: drop rows no binding matches (default: fail)
-writeMode              write   ``copy`` (default; COPY into the queue table, or a stream's
-                               current segment) or ``send`` (every row through
-                               ``pgmq.send_batch`` / ``pgmq.stream_send_batch``)
-exactlyOnce            write   batch default false, stream default true
-idempotencyKey         write   batch: publish a job with this key at most once
-createQueue            write   ``pgmq.create(queue)`` first (default false)
-sinkId                 stream  the stream sink's name in the progress table (default: the
-                               checkpoint location + the query id stored in it)
-stagingTable,          write   default ``pgmq_spark.staging`` / ``pgmq_spark.sink_batches``
-progressTable                  (created on first use)
-maxRowsPerBatch        stream  at most this many messages per micro-batch (streams: counted
-                               at whole positions, at least one per batch)
-startingOffsets        stream  ``earliest`` (default) or ``latest`` (streams: or a position)
-onCommit               stream  ``archive`` (default), ``delete`` or ``none``
-ackOnLatestOffset      stream  also ack when Spark plans the next batch (default true: the
-                               only way the last batch of an availableNow run is acked)
-safeOffsets            stream  wait for in-flight producers before advancing (default true)
-inflightWaitSeconds    stream  how long one trigger waits for them (default 5)
-respectVisibility      stream  hold back messages whose vt is in the future (default true)
-maxPendingMessages     stream  at most this many held-back ids in an offset (default 10000)
-=====================  ======  ===========================================================
+Options (case-insensitive): docs/reference/spark-options.md, generated from their declaration
+in pgmq_build/spark_options.py.
 
 Unknown options, options of another direction, numbers out of range and columns of the wrong
 type raise PgmqSparkError in the driver, before any task runs (options.py).

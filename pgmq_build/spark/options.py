@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from psycopg.conninfo import make_conninfo
 
+from ..spark_options import OPTIONS, QUEUE_ONLY, STREAM_ONLY
 from .errors import PgmqSparkError
 from .publishing import Columns
 from .staging import DEFAULT_PROGRESS_TABLE, DEFAULT_STAGING_TABLE
@@ -27,25 +28,8 @@ TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off"}
 INT32_MAX = 2**31 - 1  # options that reach SQL as integer (claimVt, claimMax, ...)
 
-# The options of each direction (pgmq_build/spark/__init__.py documents them); Spark itself
-# adds "path" (from load(path)/save(path)) and, for streams, "checkpointLocation".
-_COMMON = ("dsn", "user", "password", "queue", "stream")
-OPTIONS = {
-    "read": _COMMON + ("table", "numPartitions", "claimVt", "claimMax", "conditional",
-                       "fromPosition", "toPosition", "path"),
-    "readStream": _COMMON + ("subscription", "numPartitions", "maxRowsPerBatch", "startingOffsets",
-                             "onCommit", "ackOnLatestOffset", "safeOffsets", "inflightWaitSeconds",
-                             "respectVisibility", "maxPendingMessages", "path"),
-    "write": _COMMON + ("messageColumn", "headersColumn", "delayColumn", "priorityColumn",
-                        "exchange", "routingKeyColumn", "allowUnroutable", "writeMode",
-                        "exactlyOnce", "idempotencyKey", "createQueue", "sinkId", "stagingTable",
-                        "progressTable", "checkpointLocation", "path"),
-}
-# Options that only mean something for a queue, or only for a stream (option stream).
-QUEUE_ONLY = ("table", "claimVt", "claimMax", "conditional", "onCommit", "safeOffsets",
-              "inflightWaitSeconds", "respectVisibility", "maxPendingMessages", "delayColumn",
-              "priorityColumn", "exchange", "routingKeyColumn", "allowUnroutable", "createQueue")
-STREAM_ONLY = ("subscription", "fromPosition", "toPosition")
+# The options of each direction, and those that apply to queues or streams only: declared once,
+# with their defaults and docs, in pgmq_build/spark_options.py (docs/reference/spark-options.md).
 
 
 def stream_target(options: Mapping[str, str], direction: str) -> str | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pgmq_build import cli, surface
+import shutil
+
+from pgmq_build import cli, reference, surface
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import run_cli
 
@@ -40,6 +42,8 @@ def test_check_fails_when_extension_is_stale(tmp_path, monkeypatch):
 def test_generate_writes_the_api_listing_and_check_fails_when_it_is_stale(tmp_path, monkeypatch):
     committed, listing = surface.listing_path(), tmp_path / "api.txt"
     monkeypatch.setattr(surface, "listing_path", lambda: listing)
+    pages = shutil.copytree(reference.reference_dir(), tmp_path / "reference")  # nothing to write
+    monkeypatch.setattr(reference, "reference_dir", lambda: pages)
     first = run_cli("generate")  # extension/ is up to date: only the listing is written
     assert first.exit_code == 0 and first.output == f"wrote {listing}\n", first.output
     assert listing.read_text() == committed.read_text()
