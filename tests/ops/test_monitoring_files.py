@@ -116,3 +116,11 @@ def test_promtool_checks_and_tests_the_rules():
     tested = subprocess.run(["promtool", "test", "rules", RULE_TESTS.name], cwd=RULE_TESTS.parent,
                             capture_output=True, text=True)
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_guide_lists_every_series(emitted):
+    """docs/guides/metrics-and-alerts.md names each metric family a scrape emits."""
+    guide = (REPO / "docs" / "guides" / "metrics-and-alerts.md").read_text()
+    families = {re.sub(r"_total$", "", name) for name in emitted}
+    missing = sorted(f for f in families if f not in guide)
+    assert not missing, f"not in the guide: {missing}"
