@@ -127,19 +127,31 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int
 
 
 def sparkline(points: Sequence[Point], colour: str = COLOURS["depth"], width: int = 110,
-              height: int = 26) -> Markup:
-    """A small line without axes for table rows; empty (a dash) with fewer than two samples."""
+              height: int = 26, top: float | None = None) -> Markup:
+    """A small line without axes for table rows; empty (a dash) with fewer than two samples.
+    `top`: the value at the top edge, shared by every row of a table, on a log scale
+    (log10(1 + v)) so that rows compare and a small queue is not a flat line; None: this line's
+    own maximum, linear."""
     runs = _segments(points)
     if sum(len(r) for r in runs) < 2:
         return Markup('<span class="muted">–</span>')
     ts = [t for r in runs for t, _ in r]
     t0, t1 = min(ts), max(ts)
-    ymax = max(v for r in runs for _, v in r) or 1.0
+    if top is None:
+        ymax = max(v for r in runs for _, v in r) or 1.0
+
+        def scale(v: float) -> float:
+            return v / ymax
+    else:
+        log_top = math.log10(1 + max(top, 1))
+
+        def scale(v: float) -> float:
+            return min(1.0, math.log10(1 + max(v, 0)) / log_top)
     pad = 2
 
     def xy(t: float, v: float) -> str:
         x = pad + (t - t0) / ((t1 - t0) or 1) * (width - 2 * pad)
-        y = height - pad - v / ymax * (height - 2 * pad)
+        y = height - pad - scale(v) * (height - 2 * pad)
         return f"{x:.1f},{y:.1f}"
 
     lines = "".join(f'<polyline points="{" ".join(xy(t, v) for t, v in r)}" fill="none" '
