@@ -44,6 +44,7 @@ NOTICES = {
     "purged": "Purged {n} message(s).",
     "redriven": "Redrive moved {n} message(s).",
 }
+GAP_SAMPLES = 3  # samples further apart than this many intervals: the charts draw a gap
 OUTAGE_RETRY = 5  # seconds: the 503 page (database unavailable) reloads itself this often
 # The queue list's sort keys (?sort=...): a row -> a comparable value (None last).
 SORTS = {
@@ -372,17 +373,20 @@ class Dashboard:
         history: list[Sample] = self.sampler.history(queue)
         flow = rates(history)
         c = charts.COLOURS
+        longest = GAP_SAMPLES * self.sampler.interval  # samples further apart: a gap is drawn
+
+        def line(label: str, colour: str, points: list[charts.Point]) -> charts.Series:
+            return charts.Series(label, colour, charts.gapped(points, longest))
+
         return [
-            charts.line_chart([charts.Series("depth", c["depth"], [(s.at, s.depth) for s in history]),
-                               charts.Series("in flight", c["in_flight"],
-                                             [(s.at, s.in_flight) for s in history])],
+            charts.line_chart([line("depth", c["depth"], [(s.at, s.depth) for s in history]),
+                               line("in flight", c["in_flight"], [(s.at, s.in_flight) for s in history])],
                               title="Depth", y_label="messages"),
-            charts.line_chart([charts.Series("oldest message age", c["oldest_age"],
-                                             [(s.at, s.oldest_age) for s in history])],
+            charts.line_chart([line("oldest message age", c["oldest_age"],
+                                    [(s.at, s.oldest_age) for s in history])],
                               title="Oldest message age", y_label="seconds"),
-            charts.line_chart([charts.Series("sent", c["sent"], [(t, s) for t, s, _ in flow]),
-                               charts.Series("consumed", c["consumed"],
-                                             [(t, x) for t, _, x in flow])],
+            charts.line_chart([line("sent", c["sent"], [(t, x) for t, x, _ in flow]),
+                               line("consumed", c["consumed"], [(t, x) for t, _, x in flow])],
                               title="Throughput", y_label="messages / s"),
         ]
 

@@ -51,6 +51,17 @@ def fmt_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def gapped(points: Sequence[Point], longest: float) -> list[Point]:
+    """`points` with a break (a None) between two samples more than `longest` seconds apart: a
+    time the sampler could not measure (a database outage) is drawn as a gap, not as a line."""
+    out: list[Point] = []
+    for p in points:
+        if out and p[0] - out[-1][0] > longest:
+            out.append((out[-1][0], None))
+        out.append(p)
+    return out
+
+
 def _segments(points: Sequence[Point]) -> list[list[tuple[float, float]]]:
     """Runs of points without a None value."""
     runs: list[list[tuple[float, float]]] = [[]]

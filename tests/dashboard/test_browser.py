@@ -113,3 +113,19 @@ def test_queue_list_sorts_filters_and_compares_in_the_browser(dashboard, demo, c
     WebDriverWait(browser, 10).until(lambda b: "q=pay" in b.current_url)
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#queues td:first-child a")]
     assert names == [demo.dlq, demo.source]  # still by depth, descending
+
+
+def test_a_sampling_outage_is_a_gap_in_the_charts(dashboard, demo, conn, connect, browser):
+    dash = dashboard()  # samples every 0.2 s: 0.6 s without one is a gap
+    busy_history(dash, conn, "orders", rounds=3)
+    blocker = connect()
+    with blocker.transaction():  # queue_metrics() waits on the lock: no sample for 1.5 s
+        blocker.execute("LOCK TABLE pgmq.meta IN ACCESS EXCLUSIVE MODE")
+        time.sleep(1.5)
+    before = len(dash.app.sampler.history("orders"))
+    wait_for(lambda: len(dash.app.sampler.history("orders")) >= before + 3, what="samples after the outage")
+    browser.get(dash.url + "/queues/orders")
+    depth = browser.find_elements(By.CSS_SELECTOR, "svg.chart")[0]
+    lines = depth.find_elements(By.XPATH, f".//*[local-name()='polyline'][@stroke='{COLOURS['depth']}']")
+    assert len(lines) == 2  # before and after the outage, not one line across it
+    assert element_image(browser, depth).count_near(COLOURS["depth"], tolerance=30) > 150
