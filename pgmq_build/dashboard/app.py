@@ -178,6 +178,10 @@ class Dashboard:
                 ("GET", "/api/queues", self.api_queues),
                 ("GET", "/api/queues/{}", self.api_queue),
                 ("GET", "/api/dead-letters", self.api_dead_letters),
+                ("GET", "/streams", self.streams),
+                ("GET", "/api/streams", self.api_streams),
+                ("GET", "/exchanges", self.exchanges),
+                ("GET", "/api/exchanges", self.api_exchanges),
                 ("POST", "/queues/{}/pause", self.pause),
                 ("POST", "/queues/{}/resume", self.resume),
                 ("POST", "/queues/{}/purge", self.purge),
@@ -413,6 +417,43 @@ class Dashboard:
             dlqs, names = self._dead_letter_queues(conn)
         return self.render("dead_letters.html", dlqs=dlqs, queue_names=names,
                            notice=self._notice(req), refresh=0)  # forms: no reloading under them
+
+    def _streams(self) -> list[dict[str, Any]]:
+        """Every stream (list_streams) with its subscriptions (stream_info)."""
+        with self._db() as conn:
+            streams = conn.execute(queries.STREAMS).fetchall()
+            subs = conn.execute(queries.SUBSCRIPTIONS).fetchall()
+        for st in streams:
+            st["subscriptions"] = [u for u in subs if u["stream_name"] == st["stream_name"]]
+        return streams
+
+    def streams(self, req: Request) -> Response:
+        return self.render("streams.html", streams=self._streams())
+
+    def api_streams(self, req: Request) -> Response:
+        """/api/streams: what /streams shows (retention and rotation in seconds)."""
+        streams = self._streams()
+        for st in streams:
+            for k in ("retention", "rotation_period"):
+                st[k] = st[k].total_seconds() if st[k] is not None else None
+        return json_response({"streams": streams})
+
+    def _exchanges(self) -> list[dict[str, Any]]:
+        """Every exchange with its bindings (a queue's, or a stream's: `stream`)."""
+        with self._db() as conn:
+            exchanges = conn.execute(queries.EXCHANGES).fetchall()
+            bindings = conn.execute(queries.BINDINGS).fetchall()
+        for e in exchanges:
+            e["bindings"] = [{"queue": b["queue_name"], "stream": b["stream_name"], "key": b["binding_key"]}
+                             for b in bindings if b["exchange_name"] == e["exchange_name"]]
+        return exchanges
+
+    def exchanges(self, req: Request) -> Response:
+        return self.render("exchanges.html", exchanges=self._exchanges())
+
+    def api_exchanges(self, req: Request) -> Response:
+        """/api/exchanges: what /exchanges shows."""
+        return json_response({"exchanges": self._exchanges()})
 
     # -- actions (POST; checked by _check_post) ------------------------------------------------
 

@@ -8,6 +8,7 @@ import json
 import re
 
 from pgmq_build.dashboard import charts
+from tests.dashboard.demo_db import streams_and_exchanges
 from tests.helpers import wait_for
 
 
@@ -91,3 +92,21 @@ def test_outage_page_says_it_retries(dashboard):
     api = down.get("/api/queues")
     assert api.status == 503 and api.headers["retry-after"] == "5"
     assert "unavailable" in doc(api)["error"]["message"]
+
+
+def test_streams_and_exchanges_pages_and_api(dashboard, demo, conn):
+    streams_and_exchanges(conn)
+    dash = dashboard()
+    (ev,) = doc(dash.get("/api/streams"))["streams"]
+    subs = {u["subscription_name"]: u for u in ev["subscriptions"]}
+    assert ev["stream_name"] == "ev" and subs["a"]["lag_events"] == 3 and ev["retention"] > 0
+    page = dash.get("/streams")
+    assert page.status == 200 and 'data-stream="ev"' in page.body
+    assert re.search(r"<td class=\"l\">a</td>.*?<td class=\"lag\">3</td>", page.body, re.S)
+    exchanges = {e["exchange_name"]: e for e in doc(dash.get("/api/exchanges"))["exchanges"]}
+    assert exchanges["orders"]["exchange_type"] == "direct"
+    assert exchanges["orders"]["bindings"] == [{"queue": "orders", "stream": None, "key": "eu"},
+                                               {"queue": None, "stream": "ev", "key": "us"}]
+    page = dash.get("/exchanges")
+    assert '<a href="/queues/orders">orders</a> <span class="muted">[eu]</span>' in page.body
+    assert "stream ev" in page.body

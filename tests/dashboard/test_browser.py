@@ -11,6 +11,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from pgmq_build.dashboard.charts import COLOURS
 from tests.dashboard.browser import element_image
+from tests.dashboard.demo_db import streams_and_exchanges
 from tests.helpers import column, scalar, send_n, wait_for
 
 
@@ -129,3 +130,19 @@ def test_a_sampling_outage_is_a_gap_in_the_charts(dashboard, demo, conn, connect
     lines = depth.find_elements(By.XPATH, f".//*[local-name()='polyline'][@stroke='{COLOURS['depth']}']")
     assert len(lines) == 2  # before and after the outage, not one line across it
     assert element_image(browser, depth).count_near(COLOURS["depth"], tolerance=30) > 150
+
+
+def test_streams_and_exchanges_pages_in_the_browser(dashboard, demo, conn, browser):
+    streams_and_exchanges(conn)
+    dash = dashboard()
+    browser.get(dash.url + "/streams")
+    section = browser.find_element(By.CSS_SELECTOR, "section[data-stream='ev']")
+    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: r.text
+            for r in section.find_elements(By.CSS_SELECTOR, "table.subscriptions tr")[1:]}
+    assert set(rows) == {"a", "b"} and " 3 " in rows["a"]
+    assert element_image(browser, section).dark() > 1000  # a drawn table, not a blank
+    browser.find_element(By.LINK_TEXT, "Exchanges").click()
+    WebDriverWait(browser, 10).until(lambda b: b.current_url.endswith("/exchanges"))
+    row = browser.find_element(By.CSS_SELECTOR, "#exchanges tr[data-exchange='orders']")
+    assert "direct" in row.text and "orders [eu]" in row.text and "stream ev [us]" in row.text
+    assert element_image(browser, browser.find_element(By.ID, "exchanges")).dark() > 1000
