@@ -44,6 +44,8 @@ NOTICES = {
     "purged": "Purged {n} message(s).",
     "redriven": "Redrive moved {n} message(s).",
 }
+# The queue page's time ranges (?range=): label -> seconds of history shown (None: all kept).
+RANGES = {"5m": 300, "15m": 900, "1h": 3600, "all": None}
 GAP_SAMPLES = 3  # samples further apart than this many intervals: the charts draw a gap
 OUTAGE_RETRY = 5  # seconds: the 503 page (database unavailable) reloads itself this often
 # The queue list's sort keys (?sort=...): a row -> a comparable value (None last).
@@ -368,13 +370,19 @@ class Dashboard:
             metrics = conn.execute(queries.METRICS_ONE, (queue,)).fetchone()
             settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
             page = conn.execute(queries.BROWSE, (queue, after, PAGE_SIZE + 1, archived)).fetchall()
+        span = req.query.get("range", "all")
+        if span not in RANGES:
+            raise HTTPError(400, f"range must be one of {', '.join(RANGES)}")
         return self.render("queue.html", queue=queue, m=metrics, settings=settings,
                            messages=page[:PAGE_SIZE], more=len(page) > PAGE_SIZE, after=after,
-                           archived=archived, charts=self._charts(queue),
-                           notice=self._notice(req))
+                           archived=archived, charts=self._charts(queue, RANGES[span]),
+                           ranges=list(RANGES), span=span, notice=self._notice(req))
 
-    def _charts(self, queue: str) -> list:
+    def _charts(self, queue: str, seconds: float | None = None) -> list:
+        """The queue page's charts over the last `seconds` of samples (None: all kept)."""
         history: list[Sample] = self.sampler.history(queue)
+        if seconds is not None and history:
+            history = [s for s in history if s.at >= history[-1].at - seconds]
         flow = rates(history)
         c = charts.COLOURS
         longest = GAP_SAMPLES * self.sampler.interval  # samples further apart: a gap is drawn

@@ -110,3 +110,14 @@ def test_streams_and_exchanges_pages_and_api(dashboard, demo, conn):
     page = dash.get("/exchanges")
     assert '<a href="/queues/orders">orders</a> <span class="muted">[eu]</span>' in page.body
     assert "stream ev" in page.body
+
+
+def test_queue_page_time_range(dashboard, demo):
+    dash = dashboard()
+    page = dash.get("/queues/orders?range=5m")
+    assert page.status == 200
+    assert 'data-range="5m" class="on">last 5m</a>' in page.body
+    assert page.body.count('class="chart"') == 3
+    assert 'data-range="all" class="on"' in dash.get("/queues/orders").body  # the default
+    bad = dash.get("/queues/orders?range=2d")
+    assert bad.status == 400 and "range must be one of 5m, 15m, 1h, all" in bad.body
