@@ -493,7 +493,7 @@ ROUTINES = policies(
            definer_reason="creates a role's callback runner (a fixed SECURITY DEFINER function) in the "
            "schema and hands it to that role, for a proven caller that may act as it, so that callbacks "
            "run with their registrant's rights"),
-    "list_callbacks", "_dispatch_one", "_callback_queues",
+    "list_callbacks", "_dispatch_one", "_dispatch_one_detail", "_callback_queues",
     Policy("dispatch", commits=True,
            unpinned_reason="commits once per message, so one failing callback never undoes another"),
     # ops

@@ -79,7 +79,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -121,16 +121,22 @@ TX_BATCH_MAX = 1000
 NAPTIME_MS_MAX = 3_600_000
 
 # One statement: up to %(k)s calls, stopping at the first NULL (nothing eligible). Each call is
-# a VOLATILE function call, so it sees what the previous calls of the statement did.
-_DISPATCH_ONE = "SELECT pgmq._dispatch_one(%s)"
+# a VOLATILE function call, so it sees what the previous calls of the statement did. The
+# queue name rides along in d so that each call is LATERAL to the row before it: made only
+# while that row says go on. _dispatch_one_detail is _dispatch_one that also returns the
+# msg_id and the error text of a failed callback (logged, see _note_failures).
+_DISPATCH_ONE = "SELECT outcome, dispatched_msg_id, error_text FROM pgmq._dispatch_one_detail(%s)"
 _DISPATCH_MANY = """\
-WITH RECURSIVE d(n, outcome) AS (
-    SELECT 1, pgmq._dispatch_one(%(q)s)
+WITH RECURSIVE d(n, q, outcome, msg_id, error) AS (
+    SELECT 1, a.q, r.* FROM (SELECT %(q)s::text) a(q), LATERAL pgmq._dispatch_one_detail(a.q) r
   UNION ALL
-    SELECT d.n + 1, pgmq._dispatch_one(%(q)s) FROM d WHERE d.outcome IS NOT NULL AND d.n < %(k)s
+    SELECT d.n + 1, d.q, r.* FROM d, LATERAL pgmq._dispatch_one_detail(d.q) r
+    WHERE d.outcome IS NOT NULL AND d.n < %(k)s
 )
 SELECT count(*) FILTER (WHERE outcome = 'done'), count(*) FILTER (WHERE outcome <> 'done'),
-       count(*) FILTER (WHERE outcome IS NULL) > 0
+       count(*) FILTER (WHERE outcome IS NULL) > 0,
+       coalesce(array_agg(msg_id ORDER BY n) FILTER (WHERE outcome = 'failed'), '{}'),
+       coalesce(array_agg(error ORDER BY n) FILTER (WHERE outcome = 'failed'), '{}')
 FROM d"""
 # After a statement that ran another role's callbacks, before the session serves anyone else:
 # DISCARD ALL's work in its order (held cursors first, while still acting as the registrant),
@@ -144,7 +150,8 @@ _TX_TARGET = 0.05  # seconds a batch statement should last: sizes k from the cal
 _ISOLATE_SECONDS = 60.0  # after a dispatch error: one message per transaction on that queue
 _ERROR_COOLDOWN_MIN = 0.05  # a queue's rest after a dispatch error, doubling while they repeat
 
-_FAILURE_LOG_SECONDS = 10.0  # a queue's failed callbacks are logged at most this often
+_FAILURE_LOG_SECONDS = 10.0  # per queue, at most _FAILURE_LOG_MAX failures logged in this window
+_FAILURE_LOG_MAX = 10
 _APP_NAME = "pgmq-worker"
 _CONNECT_TIMEOUT = 5
 _LISTEN_SLICE = 0.25  # how often the listener looks at its stop flag and the queue list
@@ -347,18 +354,29 @@ def scrub(conn: psycopg.Connection[Any]) -> None:
         raise
 
 
-def dispatch_statement(conn: psycopg.Connection[Any], queue: str, k: int) -> tuple[int, int, bool]:
-    """One statement, one transaction: up to k calls of pgmq._dispatch_one(queue), stopping
-    at the first NULL. Returns (done, failed, whether a call found nothing eligible)."""
+class Dispatched(NamedTuple):
+    """What one dispatch statement did: callbacks done and failed, whether a call found nothing
+    eligible, and (msg_id, error text) of each failure."""
+
+    done: int
+    failed: int
+    empty: bool
+    failures: list[tuple[int, str]]
+
+
+def dispatch_statement(conn: psycopg.Connection[Any], queue: str, k: int) -> Dispatched:
+    """One statement, one transaction: up to k calls of pgmq._dispatch_one_detail(queue),
+    stopping at the first NULL."""
     if k == 1:
-        outcome = conn.execute(_DISPATCH_ONE, (queue,)).fetchone()[0]
-        return int(outcome == "done"), int(outcome == "failed"), outcome is None
-    n_done, n_failed, empty = conn.execute(_DISPATCH_MANY, {"q": queue, "k": k}).fetchone()
-    return n_done, n_failed, empty
+        outcome, msg_id, error = conn.execute(_DISPATCH_ONE, (queue,)).fetchone()
+        return Dispatched(int(outcome == "done"), int(outcome == "failed"), outcome is None,
+                          [(msg_id, error)] if outcome == "failed" else [])
+    n_done, n_failed, empty, ids, errors = conn.execute(_DISPATCH_MANY, {"q": queue, "k": k}).fetchone()
+    return Dispatched(n_done, n_failed, empty, list(zip(ids, errors, strict=True)))
 
 
 def dispatch_as(conn: psycopg.Connection[Any], login: str, registrant: str, queue: str,
-                k: int) -> tuple[int, int, bool]:
+                k: int) -> Dispatched:
     """dispatch_statement in a session acting as the queue's registrant: as it is when the
     registrant is the session's login role, else after SET ROLE and scrubbed at once after
     (whatever the statement did, even when it failed)."""
@@ -556,7 +574,8 @@ class Worker:
         self._sched = _Scheduler(self.naptime, once=False)
         self._queues_version = 0
         self._registrants: dict[str, str] = {}  # queue -> the role its callback runs as
-        self._failure_logged: dict[str, tuple[float, int]] = {}  # queue -> (last log, failed since)
+        # queue -> [window start, failures logged in it, failures suppressed in it]
+        self._failure_log: dict[str, list[float | int]] = {}
         self._started_at = 0.0
         self._mode: str | None = None
         self._summary_logged = False
@@ -721,6 +740,7 @@ class Worker:
                 return
 
     def _log_summary(self) -> None:
+        self._log_suppressed()
         with self._lock:
             if self._summary_logged:
                 return
@@ -961,27 +981,54 @@ class Worker:
                   k: int) -> tuple[int, int, bool]:
         """One dispatch statement on `queue` in a session acting as its registrant (dispatch_as);
         a queue whose registrant is not known yet is dispatched as the login role (and refused
-        with 42501 by _dispatch_one when that is not the registrant)."""
+        with 42501 by _dispatch_one_detail when that is not the registrant)."""
         with self._lock:
             registrant = self._registrants.get(queue, d.login)
-        n_done, n_failed, empty = dispatch_as(conn, d.login, registrant, queue, k)
-        if n_failed:
-            self._note_failures(d, queue, n_failed)
-        return n_done, n_failed, empty
+        result = dispatch_as(conn, d.login, registrant, queue, k)
+        if result.failures:
+            self._note_failures(d, queue, result.failures)
+        return result.done, result.failed, result.empty
 
-    def _note_failures(self, d: _Dispatcher, queue: str, n: int) -> None:
-        """A WARNING per queue at most every _FAILURE_LOG_SECONDS with the failures since the
-        last one: a callback that keeps failing is visible without flooding the log."""
+    def _note_failures(self, d: _Dispatcher, queue: str, failures: list[tuple[int, str]]) -> None:
+        """A WARNING `callback_failed` per failure with its msg_id and error, at most
+        _FAILURE_LOG_MAX per queue every _FAILURE_LOG_SECONDS: a callback that keeps failing is
+        visible, with its causes, without flooding the log. The failures past that are counted
+        and said (`callback_failures_suppressed`) when the window ends, or at stop."""
         now = time.monotonic()
         with self._lock:
-            last, pending = self._failure_logged.get(queue, (-_FAILURE_LOG_SECONDS, 0))
-            pending += n
-            if now - last < _FAILURE_LOG_SECONDS:
-                self._failure_logged[queue] = (last, pending)
-                return
-            self._failure_logged[queue] = (now, 0)
-        self._emit(logging.WARNING, "callbacks_failed", worker=d.name, queue=queue, failed=pending,
-                   hint="each error is in its message's x-pgmq-last-error header (or dead letter)")
+            window = self._failure_log.setdefault(queue, [now, 0, 0])
+            ended = self._end_failure_window(window, now)
+            logged = []
+            for msg_id, error in failures:
+                if window[1] < _FAILURE_LOG_MAX:
+                    window[1] += 1
+                    logged.append((msg_id, error))
+                else:
+                    window[2] += 1
+        if ended:
+            self._emit(logging.WARNING, "callback_failures_suppressed", queue=queue, suppressed=ended,
+                       seconds=_FAILURE_LOG_SECONDS)
+        for msg_id, error in logged:
+            self._emit(logging.WARNING, "callback_failed", worker=d.name, queue=queue, msg_id=msg_id,
+                       error=error)
+
+    @staticmethod
+    def _end_failure_window(window: list[float | int], now: float) -> int:
+        """Start a new window when the last one is over; returns the failures it suppressed."""
+        if now - window[0] < _FAILURE_LOG_SECONDS:
+            return 0
+        suppressed = int(window[2])
+        window[:] = [now, 0, 0]
+        return suppressed
+
+    def _log_suppressed(self) -> None:
+        """At stop: what the windows still open suppressed."""
+        with self._lock:
+            pending = {q: int(w[2]) for q, w in self._failure_log.items() if w[2]}
+            self._failure_log.clear()
+        for queue, n in sorted(pending.items()):
+            self._emit(logging.WARNING, "callback_failures_suppressed", queue=queue, suppressed=n,
+                       seconds=_FAILURE_LOG_SECONDS)
 
     # -- stream consumers -----------------------------------------------------------------
 

@@ -56,7 +56,23 @@ if ! command -v java >/dev/null 2>&1; then
     fi
 fi
 
+# promtool checks docs/prometheus/alerts.yml (tests/ops/test_monitoring_files.py): the binary
+# taken out of Debian's prometheus package, not the package itself (a server and its service).
+# Optional: without it that test checks the rules' YAML only.
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "ensure-deps: installing promtool from Debian's prometheus package"
+    tmp=$(mktemp -d)
+    if (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 \
+            || { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; }) \
+        && dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"; then
+        install -m 755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool
+    else
+        echo "ensure-deps: promtool could not be installed; the alert rules get a YAML check only" >&2
+    fi
+    rm -rf "$tmp"
+fi
+
 echo "ensure-deps: installing the Python package and every extra (test, spark, ops, migrate, build, docs)"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test,spark,ops,migrate,build,docs]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
-"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq, rich, prometheus_client, selenium, mkdocs, material" \
+"$PY" -c "import pgmq_build, pglast, psycopg, pytest_postgresql, hypothesis, pgmq, pyspark, pyarrow, pyspark_pgmq, rich, prometheus_client, selenium, mkdocs, material, yaml" \
     || { echo "ensure-deps: Python dependencies failed to install" >&2; exit 1; }

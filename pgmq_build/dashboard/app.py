@@ -11,7 +11,9 @@ import logging
 import secrets
 import threading
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import asdict
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -44,6 +46,19 @@ NOTICES = {
     "still_running": "It was not paused.",
     "purged": "Purged {n} message(s).",
     "redriven": "Redrive moved {n} message(s).",
+}
+# The queue page's time ranges (?range=): label -> seconds of history shown (None: all kept).
+RANGES = {"5m": 300, "15m": 900, "1h": 3600, "all": None}
+GAP_SAMPLES = 3  # samples further apart than this many intervals: the charts draw a gap
+OUTAGE_RETRY = 5  # seconds: the 503 page (database unavailable) reloads itself this often
+# The queue list's sort keys (?sort=...): a row -> a comparable value (None last).
+SORTS = {
+    "name": lambda r: r["queue_name"],
+    "depth": lambda r: r["depth"],
+    "oldest": lambda r: r["oldest_msg_age_sec"],
+    "dead": lambda r: r["dead_letter_depth"],
+    "sent": lambda r: r["rates"][0] if r["rates"] else None,
+    "consumed": lambda r: r["rates"][1] if r["rates"] else None,
 }
 
 
@@ -112,6 +127,27 @@ def environment() -> Environment:
     return env
 
 
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """The JSON API's answer: what the matching page shows, as data."""
+    return Response(json.dumps(doc, default=_jsonable), status, "application/json",
+                    headers=headers or {})
+
+
+def sorted_rows(rows: list[dict[str, Any]], sort: str, descending: bool) -> list[dict[str, Any]]:
+    """Rows by SORTS[sort]; rows without a value (no DLQ, no rate yet) last either way."""
+    key = SORTS[sort]
+    known = [r for r in rows if key(r) is not None]
+    return sorted(known, key=key, reverse=descending) + [r for r in rows if key(r) is None]
+
+
 def _dead_letter_record(headers: Any) -> dict[str, Any]:
     """headers->'x-pgmq-dead-letter' with every field (None when missing: a message can be sent
     to a dead-letter queue by hand, without one)."""
@@ -144,6 +180,13 @@ class Dashboard:
                 ("GET", "/", self.queue_list),
                 ("GET", "/queues/{}", self.queue_detail),
                 ("GET", "/dead-letters", self.dead_letters),
+                ("GET", "/api/queues", self.api_queues),
+                ("GET", "/api/queues/{}", self.api_queue),
+                ("GET", "/api/dead-letters", self.api_dead_letters),
+                ("GET", "/streams", self.streams),
+                ("GET", "/api/streams", self.api_streams),
+                ("GET", "/exchanges", self.exchanges),
+                ("GET", "/api/exchanges", self.api_exchanges),
                 ("POST", "/queues/{}/pause", self.pause),
                 ("POST", "/queues/{}/resume", self.resume),
                 ("POST", "/queues/{}/purge", self.purge),
@@ -229,10 +272,18 @@ class Dashboard:
                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
         return Response(body, status, headers={"Content-Security-Policy": csp})
 
-    def error_page(self, status: int, message: str, headers: dict[str, str]) -> Response:
-        response = self.render("error.html", status=status, refresh=0, status_code=status,
-                               phrase=status_phrase(status), message=message)
-        response.headers.update(headers)
+    def error_page(self, status: int, message: str, headers: dict[str, str], path: str = "") -> Response:
+        """The error's page; under /api/ a JSON document. An outage (503) says when to retry
+        (Retry-After) and its page reloads itself until the database answers again."""
+        outage = status == 503
+        extra = {"Retry-After": str(OUTAGE_RETRY)} if outage else {}
+        if path.startswith("/api/"):
+            return json_response({"error": {"status": status, "message": printable(message)}},
+                                 status, {**headers, **extra})
+        response = self.render("error.html", status=status, refresh=OUTAGE_RETRY if outage else 0,
+                               status_code=status, phrase=status_phrase(status), message=message,
+                               retrying=outage)
+        response.headers.update({**headers, **extra})
         return response
 
     def _standby(self, conn: psycopg.Connection | None = None) -> bool:
@@ -265,15 +316,69 @@ class Dashboard:
 
     # -- pages -------------------------------------------------------------------------------
 
-    def queue_list(self, req: Request) -> Response:
+    def _queue_rows(self, req: Request) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The queue list's rows, filtered (?q=, a part of the name, any case) and sorted
+        (?sort= a SORTS key, ?order=asc|desc), each with its depth history and rates; and the
+        view's settings."""
+        sort = req.query.get("sort", "name")
+        if sort not in SORTS:
+            raise HTTPError(400, f"sort must be one of {', '.join(SORTS)}")
+        order = req.query.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise HTTPError(400, "order must be asc or desc")
+        needle = req.query.get("q", "")
         with self._db() as conn:
             rows = conn.execute(queries.METRICS_ALL).fetchall()
             standby = self._standby(conn)
+        total = len(rows)
+        rows = [r for r in rows if needle.casefold() in r["queue_name"].casefold()]
         for r in rows:
-            history = self.sampler.history(r["queue_name"])
-            r["spark"] = charts.sparkline([(s.at, s.depth) for s in history])
-            r["rates"] = window_rates(history)
-        return self.render("queues.html", queues=rows, notice=self._notice(req), standby=standby)
+            r["history"] = self.sampler.history(r["queue_name"])
+            r["rates"] = window_rates(r["history"])
+        rows = sorted_rows(rows, sort, order == "desc")
+        return rows, {"sort": sort, "order": order, "q": needle, "total": total, "standby": standby}
+
+    def queue_list(self, req: Request) -> Response:
+        rows, view = self._queue_rows(req)
+        # one scale for every sparkline, logarithmic: a queue of 2 and one of 26,886 compare
+        top = max((s.depth for r in rows for s in r["history"]), default=0)
+        for r in rows:
+            r["spark"] = charts.sparkline([(s.at, s.depth) for s in r["history"]], top=top)
+        return self.render("queues.html", queues=rows, view=view, spark_top=top, sorts=list(SORTS),
+                           notice=self._notice(req), standby=view["standby"])
+
+    # -- the JSON API (GET only: the Host rule applies, as to the pages) -------------------------
+
+    def api_queues(self, req: Request) -> Response:
+        """/api/queues: the queue list (same ?q, ?sort, ?order), each queue's metrics, rates
+        over the last minute and sampled depth history."""
+        rows, view = self._queue_rows(req)
+        return json_response({**view, "queues": [self._queue_doc(r) for r in rows]})
+
+    @staticmethod
+    def _queue_doc(r: dict[str, Any]) -> dict[str, Any]:
+        doc = {k: v for k, v in r.items() if k not in ("history", "rates", "spark")}
+        doc["rates"] = None if r["rates"] is None else {"sent_per_s": r["rates"][0],
+                                                        "consumed_per_s": r["rates"][1]}
+        doc["history"] = [asdict(s) for s in r["history"]]
+        return doc
+
+    def api_queue(self, req: Request, queue: str) -> Response:
+        """/api/queues/NAME: its metrics, settings and history (messages: see pgmq-build)."""
+        with self._db() as conn, self._queue_errors(queue):
+            metrics = conn.execute(queries.METRICS_ONE, (queue,)).fetchone()
+            settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
+        history = self.sampler.history(queue)
+        return json_response({"queue": queue, "metrics": metrics, "settings": settings,
+                              "history": [asdict(s) for s in history],
+                              "rates": [{"at": t, "sent_per_s": a, "consumed_per_s": b}
+                                        for t, a, b in rates(history)]})
+
+    def api_dead_letters(self, req: Request) -> Response:
+        """/api/dead-letters: what /dead-letters shows."""
+        with self._db() as conn:
+            dlqs, _ = self._dead_letter_queues(conn)
+        return json_response({"dead_letter_queues": dlqs})
 
     def queue_detail(self, req: Request, queue: str) -> Response:
         after = req.int_param("after", 0, 0, 2**63 - 1)
@@ -283,48 +388,99 @@ class Dashboard:
             settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
             page = conn.execute(queries.BROWSE, (queue, after, PAGE_SIZE + 1, archived)).fetchall()
             standby = self._standby(conn)
+        span = req.query.get("range", "all")
+        if span not in RANGES:
+            raise HTTPError(400, f"range must be one of {', '.join(RANGES)}")
         return self.render("queue.html", queue=queue, m=metrics, settings=settings,
                            messages=page[:PAGE_SIZE], more=len(page) > PAGE_SIZE, after=after,
-                           archived=archived, charts=self._charts(queue),
-                           notice=self._notice(req), standby=standby)
+                           archived=archived, charts=self._charts(queue, RANGES[span]),
+                           ranges=list(RANGES), span=span, notice=self._notice(req), standby=standby)
 
-    def _charts(self, queue: str) -> list:
+    def _charts(self, queue: str, seconds: float | None = None) -> list:
+        """The queue page's charts over the last `seconds` of samples (None: all kept)."""
         history: list[Sample] = self.sampler.history(queue)
+        if seconds is not None and history:
+            history = [s for s in history if s.at >= history[-1].at - seconds]
         flow = rates(history)
         c = charts.COLOURS
+        longest = GAP_SAMPLES * self.sampler.interval  # samples further apart: a gap is drawn
+
+        def line(label: str, colour: str, points: list[charts.Point]) -> charts.Series:
+            return charts.Series(label, colour, charts.gapped(points, longest))
+
         return [
-            charts.line_chart([charts.Series("depth", c["depth"], [(s.at, s.depth) for s in history]),
-                               charts.Series("in flight", c["in_flight"],
-                                             [(s.at, s.in_flight) for s in history])],
+            charts.line_chart([line("depth", c["depth"], [(s.at, s.depth) for s in history]),
+                               line("in flight", c["in_flight"], [(s.at, s.in_flight) for s in history])],
                               title="Depth", y_label="messages"),
-            charts.line_chart([charts.Series("oldest message age", c["oldest_age"],
-                                             [(s.at, s.oldest_age) for s in history])],
+            charts.line_chart([line("oldest message age", c["oldest_age"],
+                                    [(s.at, s.oldest_age) for s in history])],
                               title="Oldest message age", y_label="seconds"),
-            charts.line_chart([charts.Series("sent", c["sent"], [(t, s) for t, s, _ in flow]),
-                               charts.Series("consumed", c["consumed"],
-                                             [(t, x) for t, _, x in flow])],
+            charts.line_chart([line("sent", c["sent"], [(t, x) for t, x, _ in flow]),
+                               line("consumed", c["consumed"], [(t, x) for t, _, x in flow])],
                               title="Throughput", y_label="messages / s"),
         ]
 
+    def _dead_letter_queues(self, conn: psycopg.Connection) -> tuple[list[dict[str, Any]], list[str]]:
+        """Each dead-letter queue with its sources and first letters; every queue's name."""
+        rows = conn.execute(queries.METRICS_ALL).fetchall()
+        by_name = {r["queue_name"]: r for r in rows}
+        sources: dict[str, list[str]] = {}
+        for r in rows:
+            if r["dead_letter_queue"] is not None:
+                sources.setdefault(r["dead_letter_queue"], []).append(r["queue_name"])
+        dlqs = []
+        for name in sorted(sources):
+            letters = []
+            if name in by_name:
+                for msg in conn.execute(queries.BROWSE, (name, 0, DLQ_PREVIEW, False)).fetchall():
+                    letters.append({**msg, "dead": _dead_letter_record(msg["headers"])})
+            dlqs.append({"name": name, "m": by_name.get(name), "sources": sources[name],
+                         "letters": letters})
+        return dlqs, sorted(by_name)
+
     def dead_letters(self, req: Request) -> Response:
         with self._db() as conn:
-            rows = conn.execute(queries.METRICS_ALL).fetchall()
-            by_name = {r["queue_name"]: r for r in rows}
-            sources: dict[str, list[str]] = {}
-            for r in rows:
-                if r["dead_letter_queue"] is not None:
-                    sources.setdefault(r["dead_letter_queue"], []).append(r["queue_name"])
-            dlqs = []
-            for name in sorted(sources):
-                letters = []
-                if name in by_name:
-                    for msg in conn.execute(queries.BROWSE, (name, 0, DLQ_PREVIEW, False)).fetchall():
-                        letters.append({**msg, "dead": _dead_letter_record(msg["headers"])})
-                dlqs.append({"name": name, "m": by_name.get(name), "sources": sources[name],
-                             "letters": letters})
+            dlqs, names = self._dead_letter_queues(conn)
             standby = self._standby(conn)
-        return self.render("dead_letters.html", dlqs=dlqs, queue_names=sorted(by_name),
+        return self.render("dead_letters.html", dlqs=dlqs, queue_names=names,
                            notice=self._notice(req), refresh=0, standby=standby)  # forms: no reloading under them
+
+    def _streams(self) -> list[dict[str, Any]]:
+        """Every stream (list_streams) with its subscriptions (stream_info)."""
+        with self._db() as conn:
+            streams = conn.execute(queries.STREAMS).fetchall()
+            subs = conn.execute(queries.SUBSCRIPTIONS).fetchall()
+        for st in streams:
+            st["subscriptions"] = [u for u in subs if u["stream_name"] == st["stream_name"]]
+        return streams
+
+    def streams(self, req: Request) -> Response:
+        return self.render("streams.html", streams=self._streams(), standby=self._standby())
+
+    def api_streams(self, req: Request) -> Response:
+        """/api/streams: what /streams shows (retention and rotation in seconds)."""
+        streams = self._streams()
+        for st in streams:
+            for k in ("retention", "rotation_period"):
+                st[k] = st[k].total_seconds() if st[k] is not None else None
+        return json_response({"streams": streams})
+
+    def _exchanges(self) -> list[dict[str, Any]]:
+        """Every exchange with its bindings (a queue's, or a stream's: `stream`)."""
+        with self._db() as conn:
+            exchanges = conn.execute(queries.EXCHANGES).fetchall()
+            bindings = conn.execute(queries.BINDINGS).fetchall()
+        for e in exchanges:
+            e["bindings"] = [{"queue": b["queue_name"], "stream": b["stream_name"], "key": b["binding_key"]}
+                             for b in bindings if b["exchange_name"] == e["exchange_name"]]
+        return exchanges
+
+    def exchanges(self, req: Request) -> Response:
+        return self.render("exchanges.html", exchanges=self._exchanges(), standby=self._standby())
+
+    def api_exchanges(self, req: Request) -> Response:
+        """/api/exchanges: what /exchanges shows."""
+        return json_response({"exchanges": self._exchanges()})
 
     # -- actions (POST; checked by _check_post) ------------------------------------------------
 

@@ -51,6 +51,17 @@ def fmt_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def gapped(points: Sequence[Point], longest: float) -> list[Point]:
+    """`points` with a break (a None) between two samples more than `longest` seconds apart: a
+    time the sampler could not measure (a database outage) is drawn as a gap, not as a line."""
+    out: list[Point] = []
+    for p in points:
+        if out and p[0] - out[-1][0] > longest:
+            out.append((out[-1][0], None))
+        out.append(p)
+    return out
+
+
 def _segments(points: Sequence[Point]) -> list[list[tuple[float, float]]]:
     """Runs of points without a None value."""
     runs: list[list[tuple[float, float]]] = [[]]
@@ -127,19 +138,31 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, width: int
 
 
 def sparkline(points: Sequence[Point], colour: str = COLOURS["depth"], width: int = 110,
-              height: int = 26) -> Markup:
-    """A small line without axes for table rows; empty (a dash) with fewer than two samples."""
+              height: int = 26, top: float | None = None) -> Markup:
+    """A small line without axes for table rows; empty (a dash) with fewer than two samples.
+    `top`: the value at the top edge, shared by every row of a table, on a log scale
+    (log10(1 + v)) so that rows compare and a small queue is not a flat line; None: this line's
+    own maximum, linear."""
     runs = _segments(points)
     if sum(len(r) for r in runs) < 2:
         return Markup('<span class="muted">–</span>')
     ts = [t for r in runs for t, _ in r]
     t0, t1 = min(ts), max(ts)
-    ymax = max(v for r in runs for _, v in r) or 1.0
+    if top is None:
+        ymax = max(v for r in runs for _, v in r) or 1.0
+
+        def scale(v: float) -> float:
+            return v / ymax
+    else:
+        log_top = math.log10(1 + max(top, 1))
+
+        def scale(v: float) -> float:
+            return min(1.0, math.log10(1 + max(v, 0)) / log_top)
     pad = 2
 
     def xy(t: float, v: float) -> str:
         x = pad + (t - t0) / ((t1 - t0) or 1) * (width - 2 * pad)
-        y = height - pad - v / ymax * (height - 2 * pad)
+        y = height - pad - scale(v) * (height - 2 * pad)
         return f"{x:.1f},{y:.1f}"
 
     lines = "".join(f'<polyline points="{" ".join(xy(t, v) for t, v in r)}" fill="none" '

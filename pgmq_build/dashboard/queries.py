@@ -13,3 +13,9 @@ PAUSE = "SELECT pgmq.pause(%s::text) AS result"
 RESUME = "SELECT pgmq.resume(%s::text) AS result"
 PURGE = "SELECT pgmq.purge_queue(%s::text) AS result"
 REDRIVE = "SELECT pgmq.redrive(%s::text, %s::text, %s::integer) AS result"
+STREAMS = "SELECT * FROM pgmq.list_streams() ORDER BY stream_name"
+SUBSCRIPTIONS = "SELECT * FROM pgmq.stream_info() ORDER BY stream_name, subscription_name"
+EXCHANGES = ("SELECT exchange_name, exchange_type, owner, on_unroutable, alternate_exchange "
+             "FROM pgmq.list_exchanges() ORDER BY exchange_name")
+BINDINGS = ("SELECT exchange_name, queue_name, stream_name, binding_key "
+            "FROM pgmq.list_exchange_bindings() ORDER BY exchange_name, queue_name, stream_name, binding_key")

@@ -111,7 +111,8 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 response = self.server.app.handle(self._request(method))
             except HTTPError as exc:
-                response = self.server.app.error_page(exc.status, exc.message, exc.headers)
+                response = self.server.app.error_page(exc.status, exc.message, exc.headers,
+                                                      urlsplit(self.path).path)
         except Exception:  # a bug: log it, answer 500, keep serving
             log.error("unhandled error on %s %s\n%s", method, printable(self.path), traceback.format_exc())
             response = Response("internal error\n", 500, "text/plain; charset=utf-8")

@@ -22,11 +22,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import click
 import psycopg
 from prometheus_client import generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 from ..hosts import allowed_hosts, host_allowed
+from ..manifest import VERSION
 from ..printable import printable
 from . import db
 from .exits import Exit, OpsError
@@ -101,16 +102,27 @@ def queue_families(rows: Iterable[dict[str, Any]]) -> list[Metric]:
 
 @dataclass
 class Scrape:
-    """What one scrape read: pgmq.queue_metrics() rows, and pgmq.stream_info() /
-    pgmq.list_streams() rows."""
+    """What one scrape read: pgmq.queue_metrics() rows, pgmq.stream_info() /
+    pgmq.list_streams() rows, and the version of the extension installed."""
 
     queues: list[dict[str, Any]]
     subscriptions: list[dict[str, Any]] = field(default_factory=list)
     streams: list[dict[str, Any]] = field(default_factory=list)
+    extension_version: str | None = None
 
 
 def read_scrape(conn: db.Conn) -> Scrape:
-    return Scrape(db.queue_metrics(conn), db.stream_info(conn), db.streams(conn))
+    return Scrape(db.queue_metrics(conn), db.stream_info(conn), db.streams(conn),
+                  db.value(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'"))
+
+
+def build_info(extension_version: str | None) -> Metric:
+    """pgmq_build_info: always 1; the exporter's version, and the extension's installed in the
+    database ("" when the scrape could not read it): a fleet's versions in one query."""
+    info = InfoMetricFamily("pgmq_build", "Versions: of pgmq-build (this exporter) and of the "
+                            "pgmq extension installed in the database.")
+    info.add_metric([], {"version": VERSION, "extension_version": extension_version or ""})
+    return info
 
 
 # One gauge per subscription: (name, pgmq.stream_info() column, help).
@@ -118,7 +130,8 @@ _SUBSCRIPTION_GAUGES = (
     ("pgmq_stream_subscription_lag_events", "lag_events",
      "Events the subscription has not acknowledged (ids handed out since its position)."),
     ("pgmq_stream_subscription_lag_seconds", "lag_seconds",
-     "Age of the subscription's position while it lags; 0 when it has acknowledged everything."),
+     "Age of the subscription's position while it lags (the oldest event it has not acknowledged "
+     "is at most this old); 0 when it has acknowledged everything."),
     ("pgmq_stream_subscription_batches_out", "batches_out", "Batches leased and not acknowledged."),
     ("pgmq_stream_subscription_position", "position", "The subscription's position (a tick id)."),
 )
@@ -207,6 +220,7 @@ class QueueCollector:
         scrape = got if isinstance(got, Scrape) else Scrape(got)
         yield from queue_families(scrape.queues)
         yield from stream_families(scrape)
+        yield build_info(scrape.extension_version)
         yield GaugeMetricFamily("pgmq_up", "1 when pgmq.queue_metrics() and pgmq.stream_info() "
                                 "answered this scrape.", value=up)
         yield GaugeMetricFamily("pgmq_scrape_duration_seconds",
@@ -357,7 +371,8 @@ def metrics_command(dsn: str, bind: str | None, as_json: bool) -> None:
     if as_json:
         out.json({"queues": [{k: r[k] for k in db.QUEUE_METRICS_COLUMNS if k in r}
                              for r in scrape.queues],
-                  "subscriptions": scrape.subscriptions, "streams": scrape.streams})
+                  "subscriptions": scrape.subscriptions, "streams": scrape.streams,
+                  "build": {"version": VERSION, "extension_version": scrape.extension_version}})
         return
     # label values escape only \\, " and line feeds: control characters of names escaped for the terminal
     text = generate_latest(registry_for(QueueCollector(lambda: scrape))).decode()

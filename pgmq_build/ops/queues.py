@@ -59,20 +59,17 @@ def queues_command(dsn: str, no_rates: bool, as_json: bool) -> None:
                              for r in now]})
         return
     cols = ["queue", "paused", "depth", "visible", "in flight", "delayed", "oldest age",
-            "DLQ depth", "send msg/s"]
+            "DLQ depth", "send msg/s", "DLQ"]
     body = [[r["queue_name"], "paused" if r["paused"] else "", render.counted(r, "depth"),
              render.counted(r, "visible"), render.counted(r, "in_flight"), render.counted(r, "delayed"),
-             render.age(r["oldest_msg_age_sec"]), _dlq_cell(r), render.rate(per[r["queue_name"]].send)]
+             render.age(r["oldest_msg_age_sec"]),
+             None if r["dead_letter_queue"] is None else render.count(r["dead_letter_depth"]),
+             render.rate(per[r["queue_name"]].send), r["dead_letter_queue"]]
             for r in now]
-    out.print(render.table(cols, body, right=cols[2:]))
+    out.print(render.table(cols, body, right=cols[2:-1], whole=["paused"],
+                           drop=["DLQ", "delayed", "visible", "in flight", "DLQ depth"]))
     if not now:
         out.note("no queues")
-
-
-def _dlq_cell(r: dict[str, Any]) -> str | None:
-    if r["dead_letter_queue"] is None:
-        return None
-    return f"{render.count(r['dead_letter_depth'])} ({r['dead_letter_queue']})"
 
 
 @click.group("queue")
@@ -197,7 +194,8 @@ def show_messages(name: str, limit: int, after: int, archived: bool, dsn: str, a
             row += [dl.get("source_queue"), dl.get("reason"), dl.get("attempts")]
         row += [render.clip(m["message"]), None if m["headers"] is None else render.clip(m["headers"], 40)]
         body.append(row)
-    out.print(render.table(cols, body, right=("msg_id", "read_ct", "attempts")))
+    out.print(render.table(cols, body, right=[c for c in ("msg_id", "read_ct", "attempts") if c in cols],
+                           whole=("enqueued_at", "vt")))
     if not msgs:
         out.note(f"no messages in {'the archive of ' if archived else ''}{name} after msg_id {after}")
 

@@ -28,9 +28,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..printable import printable
+from .fitted import DASH, Fitted
+from .numbers import Number
 
 PIPE_WIDTH = 200
-DASH = "–"  # a value that does not apply (no DLQ, empty queue, no rate yet)
 
 
 def _jsonable(value: Any) -> Any:
@@ -99,16 +100,11 @@ class Output:
             yield advance
 
 def table(columns: Sequence[str], body: Sequence[Sequence[Any]], *, title: str | None = None,
-          right: Sequence[str] = ()) -> Table:
-    """A plain table; the columns named in ``right`` are right-aligned (numbers)."""
-    t = Table(box=box.SIMPLE_HEAD, title=None if title is None else cell(title), title_justify="left",
-              pad_edge=False)
-    for name in columns:
-        t.add_column(name, justify="right" if name in right else "left",
-                     no_wrap=name not in ("message", "headers"))
-    for row in body:
-        t.add_row(*(cell(v) for v in row))
-    return t
+          right: Sequence[str] = (), whole: Sequence[str] = (), drop: Sequence[str] = ()) -> Fitted:
+    """A plain table; the columns named in ``right`` are right-aligned, they and the ``whole``
+    ones are never cut (numbers, states, times); ``drop``: the columns to hide, first one first,
+    when the numbers abbreviated do not fit (fitted.py)."""
+    return Fitted(columns, body, right=right, whole=whole, drop=drop, title=title)
 
 
 def fields(row: dict[str, Any]) -> Table:
@@ -126,17 +122,20 @@ def cell(value: Any) -> Text:
     return Text(DASH if value is None else printable(str(value)))
 
 
-def count(n: int | None) -> str:
-    return DASH if n is None else f"{n:,}"
+def count(n: int | None) -> Number | str:
+    """A count cell: exact or abbreviated as the table's width allows; str() is exact."""
+    return DASH if n is None else Number(int(n))
 
 
-def counted(row: dict[str, Any], key: str) -> str:
+def counted(row: dict[str, Any], key: str) -> Number | str:
     """A count of a pgmq.queue_metrics() row, marked ~ when the row's counts are estimates."""
-    return ("~" if row.get("estimated") and row[key] is not None else "") + count(row[key])
+    if row[key] is None:
+        return DASH
+    return Number(int(row[key]), "~" if row.get("estimated") else "")
 
 
-def rate(r: float | None) -> str:
-    return DASH if r is None else f"{r:,.1f}"
+def rate(r: float | None) -> Number | str:
+    return DASH if r is None else Number(float(r))
 
 
 def age(seconds: float | None) -> str:

@@ -83,7 +83,9 @@ def list_(dsn: str, as_json: bool) -> None:
              d["segments"], render.size(d["total_bytes"]), d["subscriptions"],
              None if d["max_lag_events"] is None else render.count(d["max_lag_events"])]
             for d in docs]
-    out.print(render.table(cols, body, right=("segments", "size", "subscriptions", "max lag")))
+    out.print(render.table(cols, body, right=("segments", "size", "subscriptions", "max lag"),
+                           whole=["retention", "rotation"],
+                           drop=["rotation", "retention", "owner", "segments"]))
     if not docs:
         out.note("no streams")
 
@@ -153,7 +155,9 @@ def info(name: str | None, dsn: str, as_json: bool) -> None:
     body = [[s["stream_name"], s["subscription_name"], s["position"],
              f"{s['position_time']:%Y-%m-%d %H:%M:%S}", render.count(s["lag_events"]),
              render.age(s["lag_seconds"]), s["batches_out"], render.count(s["lost"])] for s in subs]
-    out.print(render.table(cols, body, right=("position", "lag", "lag age", "batches out", "lost")))
+    out.print(render.table(cols, body, right=("position", "lag", "lag age", "batches out", "lost"),
+                           whole=["position time"],
+                           drop=["position time", "batches out", "position"]))
     if not subs:
         out.note("no subscriptions" + (f" to {name}" if name else ""))
 
@@ -300,7 +304,7 @@ def peek(name: str, limit: int, after: int, subscription: str | None, dsn: str, 
     if as_json:
         out.json({"stream": name, "subscription": subscription, "events": events})
         return
-    out.print(render.table(EVENT_COLUMNS, [_event_row(e) for e in events], right=("ev_id",)))
+    out.print(render.table(EVENT_COLUMNS, [_event_row(e) for e in events], right=("ev_id",), whole=("ev_time",)))
     if not events:
         out.note(f"no events in {name} after ev_id {after}"
                  + (f" that {subscription} has not acknowledged" if subscription else ""))

@@ -15,7 +15,6 @@ import click
 import psycopg
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from ..printable import printable
@@ -25,6 +24,8 @@ from .rates import Rate, rates
 
 COLUMNS = ["queue", "state", "depth", "visible", "in flight", "delayed", "oldest age",
            "send/s", "consume/s", "DLQ depth"]
+# hidden in this order when the numbers, abbreviated, still do not fit the terminal
+DROP = ["delayed", "visible", "in flight", "DLQ depth", "consume/s"]
 
 
 def view(rows: list[dict[str, Any]], per: dict[str, Rate], *, interval: float,
@@ -35,7 +36,7 @@ def view(rows: list[dict[str, Any]], per: dict[str, Rate], *, interval: float,
              render.rate(per[r["queue_name"]].consume),
              None if r["dead_letter_queue"] is None else render.count(r["dead_letter_depth"])]
             for r in rows]
-    table: Table = render.table(COLUMNS, body, right=COLUMNS[2:])
+    table = render.table(COLUMNS, body, right=COLUMNS[2:], whole=["state"], drop=DROP)
     when = rows[0]["measured_at"].strftime("%H:%M:%S") if rows else time.strftime("%H:%M:%S")
     head = Text(f"pgmq top  {when}  {len(rows)} queue(s)  every {interval:g}s  (q quits)",
                 style="bold")

@@ -49,3 +49,18 @@ def populate(conn: psycopg.Connection) -> Demo:
     send_n(conn, "reports", 3, kind="daily")
     conn.execute("SELECT pgmq.pause('reports')")
     return demo
+
+
+def streams_and_exchanges(conn: psycopg.Connection) -> None:
+    """Stream ev with 3 events (subscription a has not read them, b holds them in a leased
+    batch), exchange orders (direct) bound to queue orders with key eu and to stream ev with
+    key us."""
+    conn.execute("SELECT pgmq.create_stream('ev'), pgmq.subscribe('ev', 'a', 'latest'), "
+                 "pgmq.subscribe('ev', 'b', 'latest')")
+    for _ in range(3):
+        conn.execute("SELECT pgmq.stream_send('ev', '{}')")
+    conn.execute("SELECT pgmq.stream_tick('ev')")
+    conn.execute("SELECT * FROM pgmq.stream_read('ev', 'b', 100)")
+    conn.execute("SELECT pgmq.create_exchange('orders', 'direct')")
+    conn.execute("SELECT pgmq.bind_queue('orders', 'orders', 'eu')")
+    conn.execute("SELECT pgmq.bind_stream('ev', 'orders', 'us')")

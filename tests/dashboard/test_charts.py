@@ -135,3 +135,12 @@ def test_router_matches_percent_decoded_segments():
         with pytest.raises(HTTPError) as info:
             router.match("GET", path)
         assert info.value.status == status, path
+
+
+def test_samples_far_apart_are_drawn_apart():
+    """A sampling outage (no samples for longer than `longest`) is a gap, not a line across it."""
+    points = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (30.0, 4.0), (31.0, 5.0)]
+    assert charts.gapped(points, 3.0) == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (2.0, None), (30.0, 4.0), (31.0, 5.0)]
+    assert charts.gapped(points, 60.0) == points
+    svg = charts.line_chart([charts.Series("depth", "#123456", charts.gapped(points, 3.0))], title="t", y_label="y")
+    assert svg.count("<polyline") == 2

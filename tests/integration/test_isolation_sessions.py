@@ -167,7 +167,7 @@ def test_a_session_that_acted_as_a_registrant_is_scrubbed_before_it_serves_anyon
     login = scalar(conn, "SELECT session_user")
     path = scalar(conn, "SHOW search_path")
     timeout = scalar(conn, "SHOW statement_timeout")
-    assert dispatch_as(conn, login, name, "mq", 1) == (1, 0, False)
+    assert dispatch_as(conn, login, name, "mq", 1)[:3] == (1, 0, False)
     assert scalar(conn, "SELECT current_user") == login
     assert scalar(conn, "SHOW search_path") == path
     assert scalar(conn, "SHOW statement_timeout") == timeout

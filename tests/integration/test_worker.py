@@ -479,3 +479,36 @@ def test_every_replaced_connection_is_counted_even_when_the_first_attempt_works(
     again = [f for e, f in ev.seen if e == "reconnected"]
     assert len(again) == w.totals.reconnects and {f["attempts"] for f in again} == {1}
     assert_exactly_once(cb, set(range(1, 31)))
+
+
+def failures_logged(events: Events) -> list[tuple[str, int, str]]:
+    return [(f["queue"], f["msg_id"], f["error"]) for e, f in events.seen if e == "callback_failed"]
+
+
+@pytest.mark.parametrize("tx_batch", [1, 20])
+def test_each_failure_is_logged_once_with_its_msg_id_and_error(conn, dsn, events, tx_batch):
+    logger, seen = events
+    setup_db(conn, retries=0)
+    fails = {3, 4, 17}
+    ids = {n: scalar(conn, "SELECT pgmq.send('work', %s::jsonb)", (json.dumps({"n": n} | ({"fail": True} if n in fails else {})),))
+           for n in range(1, 31)}
+    totals = Worker(dsn, min_workers=1, max_workers=1, tx_batch=tx_batch, logger=logger).run_until_idle(timeout=60)
+    assert (totals.done, totals.failed) == (27, 3)
+    assert sorted(failures_logged(seen)) == sorted(("work", ids[n], f"handler failed for {n}") for n in fails)
+    summary = [f for e, f in seen.seen if e == "summary"]
+    assert len(summary) == 1 and (summary[0]["done"], summary[0]["failed"]) == (27, 3)
+    assert "callback_failures_suppressed" not in seen.names()
+
+
+def test_failures_past_ten_per_queue_are_counted_not_logged(conn, dsn, events):
+    logger, seen = events
+    setup_db(conn, retries=0)
+    send_marked(conn, 25, {i: {"fail": True} for i in range(1, 26)})
+    totals = Worker(dsn, min_workers=1, max_workers=1, tx_batch=5, logger=logger).run_until_idle(timeout=60)
+    assert totals.failed == 25
+    logged = failures_logged(seen)
+    assert len(logged) == 10 and len({m for _, m, _ in logged}) == 10
+    assert all(q == "work" and e.startswith("handler failed for ") for q, _, e in logged)
+    suppressed = [f for e, f in seen.seen if e == "callback_failures_suppressed"]
+    assert [(f["queue"], f["suppressed"]) for f in suppressed] == [("work", 15)]  # said at stop
+    assert seen.names().index("callback_failures_suppressed") < seen.names().index("summary")

@@ -34,11 +34,11 @@ def hostile(conn):
     return HOSTILE
 
 
-def terminal(dsn: str, tmp_path, *args: str) -> Tmux:
+def terminal(dsn: str, tmp_path, *args: str, width: int = 160) -> Tmux:
     command = (f"cd {shlex.quote(str(REPO))} && unset COLUMNS LINES; PYTHONPATH=. {shlex.quote(sys.executable)} "
                f"-m pgmq_build {' '.join(map(shlex.quote, args))} --dsn {shlex.quote(dsn)}; "
                "echo EXITED $?; sleep 60")
-    return Tmux(command, tmp_path / "tmux.sock")
+    return Tmux(command, tmp_path / "tmux.sock", width)
 
 
 def cells_after(screen: str, shown: str) -> list[list[str]]:

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from pgmq_build.cluster import _free_port
+from pgmq_build.manifest import VERSION
 from pgmq_build.ops import metrics
 from tests.helpers import send_n, wait_for
 from tests.ops.support import q, samples, scrape, spawn, stop
@@ -27,6 +28,7 @@ def exported(ops) -> dict:
 def test_printed_once_and_following_sends_and_reads(ops, conn, queue):
     before = exported(ops)
     assert before[("pgmq_up", ())] == 1
+    assert before[("pgmq_build_info", (("extension_version", VERSION), ("version", VERSION)))] == 1
     assert before[("pgmq_queue_depth_messages", q("jobs"))] == 0
     assert before[("pgmq_queue_sent_messages_total", q("jobs"))] == 0
     assert before[("pgmq_queue_oldest_message_age_seconds", q("jobs"))] == 0
@@ -69,7 +71,8 @@ def test_dead_letter_and_callback_series(ops, conn, queue):
 def test_json(ops):
     result = ops("metrics", "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"queues": [], "subscriptions": [], "streams": []}
+    assert json.loads(result.stdout) == {"queues": [], "subscriptions": [], "streams": [],
+                                         "build": {"version": VERSION, "extension_version": VERSION}}
 
 
 def test_unreachable_database_gives_up_0():
@@ -78,6 +81,8 @@ def test_unreachable_database_gives_up_0():
     got = samples(text.decode())
     assert got[("pgmq_up", ())] == 0
     assert not any(name.startswith("pgmq_queue_") for name, _ in got)
+    # the exporter's own version still said; the extension's unknown
+    assert got[("pgmq_build_info", (("extension_version", ""), ("version", VERSION)))] == 1
 
 
 @pytest.fixture

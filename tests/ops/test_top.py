@@ -17,11 +17,12 @@ from tests.ops.support import REPO
 
 
 class Tmux:
-    """A private tmux server (its own socket file) running one command in a 160x40 window."""
+    """A private tmux server (its own socket file) running one command in a window of `width`
+    columns and 40 lines."""
 
-    def __init__(self, command: str, socket: Path) -> None:
+    def __init__(self, command: str, socket: Path, width: int = 160) -> None:
         self.socket = str(socket)
-        self._tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "top", command)
+        self._tmux("new-session", "-d", "-x", str(width), "-y", "40", "-s", "top", command)
 
     def _tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", "-S", self.socket, *args], check=True,
