@@ -22,7 +22,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from . import claims, offsets, snapshot, stream_events
+from . import claims, offsets, ranges, snapshot, stream_events
 from .connections import connect, resolve_queue
 
 QUEUE = "spark_profile"
@@ -98,11 +98,16 @@ def profile(dsn: str, rows: int, log: Callable[[str], None] = print) -> list[Ste
         table = timed("COPY csv -> Arrow (read_range: server + pyarrow.csv)",
                       lambda: copy_arrow(everything, (0, 1 << 62), columns))
         # -- the streaming source's ack: archive or delete of the delivered range
-        timed("archive a range (offsets.ack_range, pgmq.archive)", lambda: offsets.ack_range(
-            conn, info, offsets.Offset(0), offsets.Offset(1 << 62), "archive"))
+        everyone = (offsets.Offset(0), offsets.Offset(1 << 62))
+        timed("archive a range, every id (pgmq.archive, 2.9.0)", lambda: offsets.ack_by_ids(
+            conn, info, *everyone, "archive"))
         _fill(conn, rows)
-        timed("delete a range (offsets.ack_range, pgmq.delete)", lambda: offsets.ack_range(
-            conn, info, offsets.Offset(0), offsets.Offset(1 << 62), "delete"))
+        timed("archive a range (pgmq.ack_ranges)", lambda: offsets.ack_range(conn, info, *everyone, "archive"))
+        _fill(conn, rows)
+        timed("delete a range, every id (pgmq.delete, 2.9.0)", lambda: offsets.ack_by_ids(
+            conn, info, *everyone, "delete"))
+        _fill(conn, rows)
+        timed("delete a range (pgmq.ack_ranges)", lambda: offsets.ack_range(conn, info, *everyone, "delete"))
         _fill(conn, rows)
         timed("plain DELETE of a range (no pgmq routine, the floor)", lambda: conn.execute(
             sql.SQL("DELETE FROM {} WHERE msg_id > 0").format(info.q)))
@@ -115,10 +120,17 @@ def profile(dsn: str, rows: int, log: Callable[[str], None] = print) -> list[Ste
         _fill(conn, rows)
         claimed = timed("claim: COPY csv of pgmq.read -> Arrow (2 x rows/2)", lambda: pa.Table.from_batches(
             [b for _ in range(2) for b in claims.claim(dsn, info, 600, half, None)]), server=False)
-        ids = timed("ack client: msg_id/vt to Python lists", lambda: (
+        ids = timed("ack client, 2.9.0: msg_id/vt to Python lists", lambda: (
             claimed.column("msg_id").to_pylist(), claimed.column("vt").to_pylist()), server=False)
-        timed("ack: fenced pgmq.delete (unnest join FOR UPDATE)", lambda: claims.fenced_finish(
+        timed("ack, 2.9.0: fenced pgmq.delete (unnest join FOR UPDATE)", lambda: claims.fenced_finish(
             conn, info, ids[0], ids[1], "delete"))
+        _fill(conn, rows)
+        claimed = pa.Table.from_batches(
+            [b for _ in range(2) for b in claims.claim(dsn, info, 600, half, None)]).combine_chunks()
+        runs = timed("ack client: lease runs (ranges.lease_runs)", lambda: ranges.lease_runs(
+            claimed.column("msg_id").chunk(0), claimed.column("vt").chunk(0)), server=False)
+        timed(f"ack: pgmq.ack_ranges, fenced ({len(runs[0])} runs)", lambda: ranges.ack(
+            conn, info, *runs, archive=False))
 
         # -- a stream subscription: its events between two positions, the position moved
         if conn.execute("SELECT 1 FROM pgmq.streams WHERE stream_name = %s", (STREAM,)).fetchone():
