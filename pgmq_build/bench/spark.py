@@ -319,10 +319,11 @@ def drain(dsn: str, seconds: float, rate: int, spark=None, partitions: int = 2,
           log: Callable[[str], None] = print) -> dict:
     """The long drain (issue 34): a producer sends ``rate`` messages/s (send_batch every 0.1 s,
     its own connection) for ``seconds`` while a streaming query consumes the queue (archive on
-    commit) into another queue through the exactly-once pgmq sink; then the producer stops and
+    commit; batches of up to two seconds of production, as a micro-batch's fixed cost is about a
+    second) into another queue through the exactly-once pgmq sink; then the producer stops and
     the query drains the rest. Returns the counts and the backlog seen every second; raises when
     a message is lost or written twice, or the query cannot keep up (it fails to drain within
-    ``seconds`` after the producer stopped)."""
+    max(``seconds``, 60) s after the producer stopped)."""
     own = spark is None
     if own:
         spark = local_session("pgmq-spark-drain", cores=partitions)
@@ -354,7 +355,7 @@ def drain(dsn: str, seconds: float, rate: int, spark=None, partitions: int = 2,
     try:
         with tempfile.TemporaryDirectory(prefix="pgmq-drain-ck-") as ck:
             query = (spark.readStream.format("pgmq").option("dsn", dsn).option("queue", DRAIN_QUEUE)
-                     .option("numPartitions", partitions).option("maxRowsPerBatch", max(rate, 10_000))
+                     .option("numPartitions", partitions).option("maxRowsPerBatch", max(2 * rate, 10_000))
                      .option("onCommit", "archive").load().select("message", "headers")
                      .writeStream.format("pgmq").option("dsn", dsn).option("queue", DRAIN_SINK)
                      .option("checkpointLocation", ck).start())
@@ -363,7 +364,9 @@ def drain(dsn: str, seconds: float, rate: int, spark=None, partitions: int = 2,
             while time.monotonic() < end and query.isActive:
                 time.sleep(1)
                 samples.append(backlog())
-                log(f"drain: {sent[0]:,} sent, backlog {samples[-1]:,}")
+                last = query.lastProgress or {}
+                log(f"drain: {sent[0]:,} sent, backlog {samples[-1]:,}; last batch "
+                    f"{last.get('batchId')}: {last.get('numInputRows')} rows, {last.get('durationMs')}")
             stop.set()
             producer.join()
             deadline = time.monotonic() + max(seconds, 60)
