@@ -2,6 +2,7 @@
 
     python3 -m bench.spark [--dsn DSN] [--rows 200000] [--repeat 1]
                                       [--only raw_copy,publish,...] [--json out.json]
+    python3 -m bench.spark --drain 300 [--drain-rate 100000]
 
 ``run(dsn, rows)`` returns one :class:`Result` per path; every path is warmed up with a small
 run first (the first Python data-source operation of a session pays worker start-up, pyarrow
@@ -21,6 +22,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -311,6 +313,89 @@ def _stream_paths(spark, conn: psycopg.Connection, dsn: str, big, small, rows: i
         timed(name, desc, rows, lambda: fill(rows), lambda fn=fn: fn(rows), check_lag)
 
 
+DRAIN_QUEUE, DRAIN_SINK = "bench_spark_drain", "bench_spark_drain_sink"
+
+
+def drain(dsn: str, seconds: float, rate: int, spark=None, partitions: int = 2,
+          log: Callable[[str], None] = print) -> dict:
+    """The long drain (issue 34): a producer sends ``rate`` messages/s (send_batch every 0.1 s,
+    its own connection) for ``seconds`` while a streaming query consumes the queue (archive on
+    commit; batches of up to two seconds of production, as a micro-batch's fixed cost is about a
+    second) into another queue through the exactly-once pgmq sink; then the producer stops and
+    the query drains the rest. Returns the counts and the backlog seen every second; raises when
+    a message is lost or written twice, or the query cannot keep up (it fails to drain within
+    max(``seconds``, 60) s after the producer stopped)."""
+    own = spark is None
+    if own:
+        spark = local_session("pgmq-spark-drain", cores=partitions)
+    conn = psycopg.connect(dsn, autocommit=True)
+    for q in (DRAIN_QUEUE, DRAIN_SINK):
+        if conn.execute("SELECT 1 FROM pgmq.meta WHERE queue_name = %s", (q,)).fetchone():
+            conn.execute("SELECT pgmq.drop_queue(%s)", (q,))
+        conn.execute("SELECT pgmq.create(%s)", (q,))
+    sent = [0]
+    stop = threading.Event()
+
+    def produce() -> None:
+        per_tick = max(1, rate // 10)
+        with psycopg.connect(dsn, autocommit=True) as p:
+            t = time.monotonic()
+            while not stop.is_set():
+                p.execute("SELECT count(*) FROM pgmq.send_batch(%s, ARRAY(SELECT jsonb_build_object("
+                          "'n', g) FROM generate_series(%s::bigint, %s::bigint) g))",
+                          (DRAIN_QUEUE, sent[0] + 1, sent[0] + per_tick))
+                sent[0] += per_tick
+                t += 0.1
+                time.sleep(max(0.0, t - time.monotonic()))
+
+    def backlog() -> int:
+        return conn.execute(f"SELECT count(*) FROM pgmq.q_{DRAIN_QUEUE}").fetchone()[0]
+
+    samples: list[int] = []
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pgmq-drain-ck-") as ck:
+            query = (spark.readStream.format("pgmq").option("dsn", dsn).option("queue", DRAIN_QUEUE)
+                     .option("numPartitions", partitions).option("maxRowsPerBatch", max(2 * rate, 10_000))
+                     .option("onCommit", "archive").load().select("message", "headers")
+                     .writeStream.format("pgmq").option("dsn", dsn).option("queue", DRAIN_SINK)
+                     .option("checkpointLocation", ck).start())
+            producer.start()
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and query.isActive:
+                time.sleep(1)
+                samples.append(backlog())
+                last = query.lastProgress or {}
+                log(f"drain: {sent[0]:,} sent, backlog {samples[-1]:,}; last batch "
+                    f"{last.get('batchId')}: {last.get('numInputRows')} rows, {last.get('durationMs')}")
+            stop.set()
+            producer.join()
+            deadline = time.monotonic() + max(seconds, 60)
+            while query.isActive and backlog() and time.monotonic() < deadline:
+                time.sleep(1)
+            left = backlog()
+            query.stop()
+            if query.exception():
+                raise RuntimeError(f"drain: the query failed: {query.exception()}")
+        got, distinct = conn.execute(f"SELECT count(*), count(DISTINCT message->>'n') "
+                                     f"FROM pgmq.q_{DRAIN_SINK}").fetchone()
+        out = {"seconds": seconds, "rate": rate, "sent": sent[0], "in_sink": got,
+               "distinct_in_sink": distinct, "left": left, "max_backlog": max(samples, default=0),
+               "backlog_every_second": samples}
+        log(f"drain: {out['sent']:,} sent, {got:,} in the sink ({distinct:,} distinct), {left:,} left, "
+            f"backlog at most {out['max_backlog']:,}")
+        if left or got != sent[0] or distinct != got:
+            raise RuntimeError(f"drain: lost or doubled messages, or not drained: {out}")
+        return out
+    finally:
+        stop.set()
+        for q in (DRAIN_QUEUE, DRAIN_SINK):
+            conn.execute("SELECT pgmq.drop_queue(%s)", (q,))
+        conn.close()
+        if own:
+            spark.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn")
@@ -319,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
                     "reported (default 1)")
     ap.add_argument("--only", help="comma-separated paths: " + ", ".join(PATHS))
     ap.add_argument("--json")
+    ap.add_argument("--drain", type=float, default=0, metavar="SECONDS",
+                    help="instead of the paths: the long drain (a producer at --drain-rate messages/s "
+                    "and a streaming consumer for SECONDS; issue 34 asks for 300)")
+    ap.add_argument("--drain-rate", type=int, default=100_000)
     args = ap.parse_args(argv)
     only = tuple(x.strip() for x in args.only.split(",") if x.strip()) if args.only else None
     if only and set(only) - set(PATHS):
@@ -332,7 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if args.drain < 0 or args.drain_rate < 1:
+        ap.error("--drain must not be negative and --drain-rate must be at least 1")
+
     def go(dsn: str) -> list[Result]:
+        if args.drain:
+            out = drain(dsn, args.drain, args.drain_rate, log=log)
+            return [Result("spark drain", out["in_sink"], args.drain,
+                           f"max backlog {out['max_backlog']:,}, {out['left']} left, "
+                           f"{out['distinct_in_sink']:,} distinct in the sink")]
         return run(dsn, args.rows, log=log, repeat=args.repeat, only=only)
 
     if args.dsn:

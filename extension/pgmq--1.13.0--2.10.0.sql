@@ -7691,6 +7691,75 @@ BEGIN
 END;
 $fn$;
 
+-- features/delivery/functions/batch_ack.sql.j2
+CREATE FUNCTION pgmq.ack_ranges(queue_name text, first_ids bigint[], last_ids bigint[], leases timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], archive boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(ack_ranges.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = ack_ranges.queue_name) ELSE false END) THEN
+        IF ack_ranges.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', ack_ranges.queue_name);
+    END IF;
+    IF first_ids IS NULL OR last_ids IS NULL OR archive IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'first_ids, last_ids and archive cannot be NULL';
+    END IF;
+    IF cardinality(first_ids) <> cardinality(last_ids)
+       OR (leases IS NOT NULL AND cardinality(leases) <> cardinality(first_ids)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('first_ids, last_ids and leases must have one element per range, got %s, %s and %s',
+                             cardinality(first_ids), cardinality(last_ids), coalesce(cardinality(leases)::text, 'NULL'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(first_ids, last_ids) AS r(first_id, last_id)
+               WHERE r.first_id IS NULL OR r.last_id IS NULL OR r.first_id > r.last_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'every range needs first_ids[i] <= last_ids[i], neither NULL';
+    END IF;
+    -- one statement for the batch; a range is an index range scan (custom plan: the planner
+    -- sees the arrays' lengths). A NULL leases array pads the ranges with NULL: no fence.
+    IF archive THEN
+        EXECUTE format(
+            $q$WITH moved AS (
+                DELETE FROM pgmq.%1$I q
+                USING unnest($1, $2, $3) AS r(first_id, last_id, lease)
+                WHERE q.msg_id BETWEEN r.first_id AND r.last_id AND (r.lease IS NULL OR q.vt = r.lease)
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            ), kept AS (
+                INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+                SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+                RETURNING 1
+            )
+            SELECT count(*) FROM kept$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        INTO v_count USING first_ids, last_ids, leases;
+    ELSE
+        EXECUTE format(
+            $q$WITH gone AS (
+                DELETE FROM pgmq.%1$I q
+                USING unnest($1, $2, $3) AS r(first_id, last_id, lease)
+                WHERE q.msg_id BETWEEN r.first_id AND r.last_id AND (r.lease IS NULL OR q.vt = r.lease)
+                RETURNING 1
+            )
+            SELECT count(*) FROM gone$q$,
+            pgmq._format_table_name(queue_name, 'q'))
+        INTO v_count USING first_ids, last_ids, leases;
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.ack_ranges(queue_name text, first_ids bigint[], last_ids bigint[], leases timestamp with time zone[], archive boolean) IS 'Delete (archive: move to the archive) the messages whose msg_id lies in one of the ranges first_ids[i]..last_ids[i] and, when leases[i] is not NULL, whose vt is still leases[i] (the lease a read gave); returns how many were finished.';
+
 -- ---------------------------------------------------------------- feature: partitioned
 
 -- features/partitioned/functions/partman.sql.j2

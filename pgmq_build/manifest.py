@@ -325,7 +325,7 @@ DELIVERY = Feature(
     uses=("core",),
     templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
-               "functions/expire.sql.j2", "functions/claims.sql.j2"),
+               "functions/expire.sql.j2", "functions/claims.sql.j2", "functions/batch_ack.sql.j2"),
     config_tables=("queue_settings", "dedup_keys", "dead_letter_origins"),
 )
 
@@ -407,6 +407,7 @@ ROUTINES = policies(
            "owner and flags the queue, for a caller proven by _prove_caller who may send to it"),
     "enable_priorities",
     "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
+    "ack_ranges",  # delivery: a batch consumer's set-based ack (features/delivery/functions/batch_ack)
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
     "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_ranked", "_static_read_judged",
     "_static_read_judged_ranked", "_static_pop", "_static_pop_ranked", "_static_pop_judged",

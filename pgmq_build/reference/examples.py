@@ -449,6 +449,11 @@ SELECT pgmq.resume('jobs');   -- true""",
     "queue_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT * FROM pgmq.queue_metrics('jobs');   -- or pgmq.queue_metrics() for every queue""",
+    "ack_ranges": """\
+SELECT pgmq.create('jobs');
+SELECT pgmq.send_batch('jobs', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
+SELECT count(*) FROM pgmq.read('jobs', 30, 3);                           -- 3 leased
+SELECT pgmq.ack_ranges('jobs', ARRAY[1]::bigint[], ARRAY[3]::bigint[]);   -- 3: ids 1..3 deleted""",
     "browse": """\
 SELECT pgmq.create('jobs');
 SELECT pgmq.send('jobs', '{"task": 1}');

@@ -1,6 +1,8 @@
 """Competing-consumer batches: consume() claims messages with pgmq.read (visibility timeout,
 FOR UPDATE SKIP LOCKED), materialized exactly once; ack() and nack() finish them by msg_id,
-fenced by the lease (msg_id and vt as claimed).
+fenced by the lease (msg_id and vt as claimed). ack() sends each partition's rows as lease runs
+in one pgmq.ack_ranges call (ranges.py); nack(), and ack() on a pgmq without ack_ranges, send
+every (msg_id, vt) (fenced_finish).
 
 No pyspark import at module level: claim() runs in the claim reader's tasks and fenced_finish()
 in ack()/nack()'s tasks, the DataFrame functions get the session from their arguments."""
@@ -19,6 +21,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from .. import validate
+from . import ranges
 from .connections import QueueInfo, connect, resolve_queue
 from .errors import PgmqSparkError
 from .snapshot import QUEUE_COLUMNS, RECORD_SELECT, copy_out_batches
@@ -153,20 +156,30 @@ def _finish(df, mode: str, dsn: str | None, queue: str | None, error: str | None
             raise PgmqSparkError(f"{mode} needs the columns msg_id and vt of the claim")
     with connect(dsn, autocommit=True) as conn:
         info = resolve_queue(conn, queue)
+        by_range = mode != "nack" and ranges.available(conn)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         done = rows = 0
         conn = None
+        ids: list[pa.Array] = []
+        vts: list[pa.Array] = []
         try:
             for batch in batches:
                 if not batch.num_rows:
                     continue
+                rows += batch.num_rows
+                if by_range:  # the whole partition in one call, below
+                    ids.append(batch.column("msg_id"))
+                    vts.append(batch.column("vt"))
+                    continue
                 if conn is None:
                     conn = connect(dsn, autocommit=True)
-                ids = batch.column("msg_id").to_pylist()
-                vts = batch.column("vt").to_pylist()
-                rows += len(ids)
-                done += fenced_finish(conn, info, ids, vts, mode, error)
+                done += fenced_finish(conn, info, batch.column("msg_id").to_pylist(),
+                                      batch.column("vt").to_pylist(), mode, error)
+            if ids:
+                firsts, lasts, leases = ranges.lease_runs(pa.concat_arrays(ids), pa.concat_arrays(vts))
+                conn = connect(dsn, autocommit=True)
+                done += ranges.ack(conn, info, firsts, lasts, leases, archive=mode == "archive")
         finally:
             if conn is not None:
                 conn.close()

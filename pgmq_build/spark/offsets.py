@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from . import ranges
 from .connections import QueueInfo
 from .errors import PgmqSparkError
 
@@ -149,9 +150,20 @@ def stream_parts(start: Offset, end: Offset, partitions: int) -> list[tuple[int,
 def ack_range(conn: psycopg.Connection, info: QueueInfo, done: Offset, upto: Offset,
               mode: str) -> int:
     """Delete or archive what the stream delivered between ``done`` (already acked) and
-    ``upto``: ids in (done, upto] or in done.pending, minus upto.pending."""
+    ``upto``: ids in (done, upto] or in done.pending, minus upto.pending, as a few msg_id ranges
+    in one pgmq.ack_ranges statement (no lease fence: the stream is its queue's only consumer)."""
     if mode == "none" or (upto.msg_id <= done.msg_id and not set(done.pending) - set(upto.pending)):
         return 0
+    if ranges.available(conn):
+        firsts, lasts = ranges.id_ranges(done.msg_id, upto.msg_id, upto.pending, done.pending)
+        return ranges.ack(conn, info, firsts, lasts, None, archive=mode != "delete")
+    return ack_by_ids(conn, info, done, upto, mode)
+
+
+def ack_by_ids(conn: psycopg.Connection, info: QueueInfo, done: Offset, upto: Offset,
+               mode: str) -> int:
+    """ack_range on a pgmq without ack_ranges (2.9.0 and older): every id through
+    pgmq.delete/archive."""
     fn = "delete" if mode == "delete" else "archive"
     ids = sql.SQL("SELECT msg_id FROM {} WHERE ((msg_id > %s AND msg_id <= %s) "
                   "OR msg_id = ANY(%s::bigint[])) AND msg_id <> ALL(%s::bigint[])").format(info.q)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 SPARK = Path(__file__).resolve().parents[2] / "pgmq_build" / "spark"
-PYSPARK_FREE = ("claims", "connections", "copybinary", "errors", "offsets", "options", "publishing",
-                "snapshot", "staging", "stream_events")
+PYSPARK_FREE = ("claims", "connections", "copybinary", "errors", "offsets", "options", "profiling",
+                "publishing", "ranges", "snapshot", "staging", "stream_events")
 
 
 def _module_imports(name: str) -> list[str]:
