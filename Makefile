@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -81,3 +81,10 @@ chaos: deps
 bench-metrics: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.bench metrics $(METRICS_ARGS)
+
+# Consumers 1 to 256 on one full queue, raw / upstream / ours, with pgbench: msgs/s, CPU per
+# message, p99; tables and a PNG (pgmq_build/bench/contention.py).
+CONTENTION_ARGS ?= --out contention.md --plot contention.png --json contention.json
+bench-contention: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build.bench contention $(CONTENTION_ARGS)
