@@ -12,12 +12,12 @@ queue prefilled with --prefill messages and topped up while it runs by a refille
 not Python threads: at 256 connections a Python client would measure its GIL.
 
 Per point: messages/s and the p99 (and p50) latency of a transaction, from pgbench's
-per-transaction log, counted over a window that opens when every consumer's backend is
-connected and closes half a second before pgbench stops; server CPU per message, utime + stime
+per-transaction log, counted over a window of --seconds that opens when every consumer's
+backend is connected (pgbench runs a few seconds longer); server CPU per message, utime + stime
 of those backends over the same window (server.py, as the main bench measures it). A
 read_delete transaction is two statements (read, then delete of the id it got): its latency is
 both. Series: raw (DELETE ... LIMIT 1 FOR UPDATE SKIP LOCKED on a plain table), upstream PGMQ's
-and ours' read + delete and pop.
+and ours' read + delete and pop, and ours' read_unordered + delete (no msg_id order).
 
 Without --dsn a throwaway server is started with max_connections above the largest consumer
 count and fsync on (the durability a real queue runs with; the issue's table was made so;
@@ -69,6 +69,8 @@ CONSUMERS = (1, 4, 16, 64, 256)
 READ_DELETE = (f"SELECT msg_id FROM pgmq.read('{QUEUE}', 30, 1) \\gset\n"
                f"SELECT pgmq.delete('{QUEUE}', :msg_id::bigint);\n")
 POP = f"SELECT msg_id FROM pgmq.pop('{QUEUE}');\n"
+# ours for consumers that need no msg_id order: the visible messages in vt order
+READ_UNORDERED_DELETE = READ_DELETE.replace("pgmq.read(", "pgmq.read_unordered(")
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,25 @@ SERIES = (
     Series("raw", "ours", RAW, RAW_CONSUME_ONE + ";\n"),
     Series("upstream read+delete", "upstream", PGMQ, READ_DELETE),
     Series("ours read+delete", "ours", PGMQ, READ_DELETE),
+    Series("ours read_unordered+delete", "ours", PGMQ, READ_UNORDERED_DELETE),
     Series("upstream pop", "upstream", PGMQ, POP),
     Series("ours pop", "ours", PGMQ, POP),
 )
 SLUG = {s.name: s.name.replace("+", "_").replace(" ", "_") for s in SERIES}
+# pgbench runs this much longer than the window: its clients connect before its clock starts
+# on some versions, after on others; the window must close while all of them still run
+RUN_MARGIN = 3
+# pgbench's threads: on a busy machine a few threads serving 64 connections each are starved
+# of CPU by the 256 backends they drive, and the figures measure pgbench
+PGBENCH_THREADS = 16
 REFILL_EVERY = 0.2  # seconds between the refiller's looks at the queue
+WAIT_SAMPLE_EVERY = 0.1  # seconds between samples of the consumers' wait events
+# A consumer's state in one sample: its wait event, "CPU" when running a statement without one,
+# "idle" between statements (client round trip, pgbench itself).
+WAITS = """SELECT CASE WHEN state <> 'active' THEN 'idle'
+                   WHEN wait_event IS NULL THEN 'CPU'
+                   ELSE wait_event_type || ':' || wait_event END
+            FROM pg_stat_activity WHERE application_name = %s"""
 
 
 # --- keeping the queue full ----------------------------------------------------------------------
@@ -138,6 +154,7 @@ class Window(threading.Thread):
         self.dsn, self.n, self.seconds, self.timeout = dsn, n, seconds, timeout
         self.t0 = self.t1 = 0.0
         self.cpu_us: float | None = None
+        self.waits: dict[str, int] = {}  # wait event (or "CPU") -> samples
 
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -157,7 +174,11 @@ class Window(threading.Thread):
                 return  # pgbench never got its connections: it reports why
             before = backend_ticks(pids)
             self.t0 = time.time()
-            time.sleep(self.seconds)
+            end = time.monotonic() + self.seconds
+            while time.monotonic() < end:  # what the consumers' backends are doing, sampled
+                for (what,) in conn.execute(WAITS, (APP,)):
+                    self.waits[what] = self.waits.get(what, 0) + 1
+                time.sleep(min(WAIT_SAMPLE_EVERY, max(0.0, end - time.monotonic())))
             after = backend_ticks(pids)
             self.t1 = time.time()
             if before is not None and after is not None:
@@ -169,7 +190,7 @@ def pgbench(dsn: str, script: str, n: int, seconds: float, workdir: str) -> subp
     with open(path, "w") as fh:
         fh.write(script)
     args = [str(pg_bindir() / "pgbench"), "-n", "-M", "prepared", "-c", str(n),
-            "-j", str(min(n, 4)), "-T", str(max(1, round(seconds))), "-f", path, "-l",
+            "-j", str(min(n, PGBENCH_THREADS)), "-T", str(round(seconds)), "-f", path, "-l",
             "--log-prefix", os.path.join(workdir, "tx"), dsn]
     return subprocess.Popen(args, env=dict(os.environ, PGAPPNAME=APP), cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -211,10 +232,10 @@ def run_point(series: Series, dsn: str, admin: psycopg.Connection, n: int, secon
     admin.execute("CHECKPOINT")
     refiller = Refiller(dsn, series.side, low=prefill // 2, chunk=max(1000, prefill // 4))
     refiller.start()
-    window = Window(dsn, n, max(0.5, seconds - 1.0), timeout=30 + n * 0.2)
+    window = Window(dsn, n, seconds, timeout=30 + n * 0.2)
     with tempfile.TemporaryDirectory(prefix="pgmq-contention-") as workdir:
         os.chmod(workdir, 0o755)
-        proc = pgbench(dsn, series.script, n, seconds, workdir)
+        proc = pgbench(dsn, series.script, n, seconds + RUN_MARGIN, workdir)
         window.start()
         out, err = proc.communicate()
         window.join()
@@ -232,7 +253,8 @@ def run_point(series: Series, dsn: str, admin: psycopg.Connection, n: int, secon
     return Point(series.name, n, msgs, round(window.t1 - window.t0, 3),
                  None if window.cpu_us is None or not msgs else round(window.cpu_us / msgs, 1),
                  round(percentile(latencies, 0.99), 2),
-                 round(statistics.median(latencies), 2) if latencies else 0.0, failed)
+                 round(statistics.median(latencies), 2) if latencies else 0.0, failed,
+                 waits=dict(sorted(window.waits.items(), key=lambda kv: -kv[1])))
 
 
 # --- the sweep -----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ backends, as the main bench measures it) and p99 latency of a transaction (pgben
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Point:
     p99_ms: float
     p50_ms: float
     failed: int = 0  # transactions pgbench logged as failed in the window
+    waits: dict[str, int] = field(default_factory=dict)  # consumers' wait events, sampled
 
     @property
     def rate(self) -> float:
@@ -64,6 +65,11 @@ def markdown(points: list[Point], header: str) -> str:
     parts += _table(points, "p99 ms (p50)", lambda p: f"{p.p99_ms:,.1f} ({p.p50_ms:,.1f})")
     parts += ["", "At the largest consumer count, share of the series' own peak: " + ", ".join(
         f"{s} {share:.0%}" for s in series if (share := peak_share(points, s)) is not None) + "."]
+    parts += ["", "What the consumers' backends were doing (pg_stat_activity, sampled every "
+              "0.1 s in the window; share of samples, top 4):", ""]
+    parts += [f"- {p.series} x{p.consumers}: " + ", ".join(
+        f"{what} {n / sum(p.waits.values()):.0%}" for what, n in list(p.waits.items())[:4])
+        for p in points if p.waits]
     return "\n".join(parts) + "\n"
 
 
