@@ -21,7 +21,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention chaos
+.PHONY: deps generate gates test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -88,3 +88,9 @@ CONTENTION_ARGS ?= --out contention.md --plot contention.png --json contention.j
 bench-contention: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m pgmq_build.bench contention $(CONTENTION_ARGS)
+
+# send / read + delete / pop / metrics cost on queues of 1M and 10M messages, plain and
+# partitioned (pgmq_build/bench/big_queues.py); BIG_ARGS="--sizes 50000000" if the disk allows.
+bench-big: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m pgmq_build.bench big $(BIG_ARGS)

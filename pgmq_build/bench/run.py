@@ -6,6 +6,7 @@
     python3 -m pgmq_build.bench steady [options]    (or --steady: steady.py, `make bench-steady`)
     python3 -m pgmq_build.bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
     python3 -m pgmq_build.bench contention [options] (contention.py, `make bench-contention`)
+    python3 -m pgmq_build.bench big [options]       (big_queues.py, `make bench-big`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -730,6 +731,10 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics_cost import main as metrics_main
 
         return metrics_main(argv[1:])
+    if argv[:1] == ["big"]:  # send/read/pop/metrics on queues of millions: big_queues.py
+        from .big_queues import main as big_main
+
+        return big_main(argv[1:])
     if argv[:1] == ["contention"]:  # many consumers on one full queue: contention.py
         from .contention import main as contention_main
 
