@@ -2514,6 +2514,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2554,6 +2555,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2594,6 +2596,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2634,6 +2637,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2740,6 +2744,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2846,6 +2851,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2908,6 +2914,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2970,6 +2977,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3021,6 +3029,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3072,6 +3081,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3118,6 +3128,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3164,6 +3175,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3203,6 +3215,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3242,6 +3255,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3347,6 +3361,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3452,6 +3467,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3513,6 +3529,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3574,6 +3591,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3624,6 +3642,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3674,6 +3693,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3719,6 +3739,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3764,6 +3785,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3793,6 +3815,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3828,6 +3851,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4186,6 +4210,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4248,6 +4273,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4310,6 +4336,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4372,6 +4399,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4566,6 +4594,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4760,6 +4789,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4866,6 +4896,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4972,6 +5003,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5056,6 +5088,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5140,6 +5173,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5214,6 +5248,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5288,6 +5323,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5348,6 +5384,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5408,6 +5445,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5600,6 +5638,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5792,6 +5831,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5896,6 +5936,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6000,6 +6041,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6082,6 +6124,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6164,6 +6207,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6236,6 +6280,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6308,6 +6353,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6347,6 +6393,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6399,6 +6446,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE

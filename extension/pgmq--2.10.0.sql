@@ -2325,6 +2325,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2365,6 +2366,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2405,6 +2407,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2445,6 +2448,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2551,6 +2555,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2657,6 +2662,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2719,6 +2725,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2781,6 +2788,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2832,6 +2840,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2883,6 +2892,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2929,6 +2939,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2975,6 +2986,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3014,6 +3026,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3053,6 +3066,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3158,6 +3172,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3263,6 +3278,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3324,6 +3340,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3385,6 +3402,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3435,6 +3453,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3485,6 +3504,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3530,6 +3550,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3575,6 +3596,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3604,6 +3626,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3639,6 +3662,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3997,6 +4021,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4059,6 +4084,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4121,6 +4147,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4183,6 +4210,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4377,6 +4405,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4571,6 +4600,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4677,6 +4707,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4783,6 +4814,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4867,6 +4899,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4951,6 +4984,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5025,6 +5059,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5099,6 +5134,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5159,6 +5195,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5219,6 +5256,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5411,6 +5449,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5603,6 +5642,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5707,6 +5747,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5811,6 +5852,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5893,6 +5935,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5975,6 +6018,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6047,6 +6091,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6119,6 +6164,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6158,6 +6204,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6210,6 +6257,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE

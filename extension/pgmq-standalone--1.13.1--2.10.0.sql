@@ -2522,6 +2522,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2562,6 +2563,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2602,6 +2604,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2642,6 +2645,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2748,6 +2752,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2854,6 +2859,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2916,6 +2922,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2978,6 +2985,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3029,6 +3037,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3080,6 +3089,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3126,6 +3136,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3172,6 +3183,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3211,6 +3223,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3250,6 +3263,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3355,6 +3369,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3460,6 +3475,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3521,6 +3537,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3582,6 +3599,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3632,6 +3650,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3682,6 +3701,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3727,6 +3747,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3772,6 +3793,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3801,6 +3823,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3836,6 +3859,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4194,6 +4218,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4256,6 +4281,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4318,6 +4344,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4380,6 +4407,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4574,6 +4602,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4768,6 +4797,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4874,6 +4904,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4980,6 +5011,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5064,6 +5096,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5148,6 +5181,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5222,6 +5256,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5296,6 +5331,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5356,6 +5392,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5416,6 +5453,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5608,6 +5646,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5800,6 +5839,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5904,6 +5944,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6008,6 +6049,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6090,6 +6132,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6172,6 +6215,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6244,6 +6288,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6316,6 +6361,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6355,6 +6401,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6407,6 +6454,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE

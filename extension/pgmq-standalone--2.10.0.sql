@@ -2326,6 +2326,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2366,6 +2367,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2406,6 +2408,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2446,6 +2449,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2552,6 +2556,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2658,6 +2663,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2720,6 +2726,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2782,6 +2789,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2833,6 +2841,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2884,6 +2893,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2930,6 +2940,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -2976,6 +2987,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3015,6 +3027,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3054,6 +3067,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3159,6 +3173,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3264,6 +3279,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3325,6 +3341,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3386,6 +3403,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3436,6 +3454,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3486,6 +3505,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3531,6 +3551,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3576,6 +3597,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3605,6 +3627,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3640,6 +3663,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -3998,6 +4022,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4060,6 +4085,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4122,6 +4148,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4184,6 +4211,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4378,6 +4406,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4572,6 +4601,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4678,6 +4708,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4784,6 +4815,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4868,6 +4900,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -4952,6 +4985,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5026,6 +5060,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5100,6 +5135,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5160,6 +5196,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5220,6 +5257,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5412,6 +5450,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5604,6 +5643,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5708,6 +5748,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5812,6 +5853,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5894,6 +5936,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -5976,6 +6019,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6048,6 +6092,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6120,6 +6165,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6159,6 +6205,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -6211,6 +6258,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
