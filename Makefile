@@ -23,7 +23,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics chaos
+.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -88,3 +88,16 @@ chaos: deps
 bench-metrics: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m bench metrics $(METRICS_ARGS)
+
+# Consumers 1 to 256 on one full queue, raw / upstream / ours, with pgbench: msgs/s, CPU per
+# message, p99; tables and a PNG (bench/contention.py).
+CONTENTION_ARGS ?= --out /tmp/contention.md --plot /tmp/contention.png --json /tmp/contention.json
+bench-contention: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m bench contention $(CONTENTION_ARGS)
+
+# send / read + delete / pop / metrics cost on queues of 1M and 10M messages, plain and
+# partitioned (bench/big_queues.py); BIG_ARGS="--sizes 50000000" if the disk allows.
+bench-big: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m bench big $(BIG_ARGS)

@@ -5,6 +5,8 @@
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
     python3 -m bench steady [options]    (or --steady: steady.py, `make bench-steady`)
     python3 -m bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
+    python3 -m bench contention [options] (contention.py, `make bench-contention`)
+    python3 -m bench big [options]       (big_queues.py, `make bench-big`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
 laid out like upstream's queue table, in the database of ours), "upstream" (upstream PGMQ 1.13
@@ -730,16 +732,26 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics_cost import main as metrics_main
 
         return metrics_main(argv[1:])
+    if argv[:1] == ["big"]:  # send/read/pop/metrics on queues of millions: big_queues.py
+        from .big_queues import main as big_main
+
+        return big_main(argv[1:])
+    if argv[:1] == ["contention"]:  # many consumers on one full queue: contention.py
+        from .contention import main as contention_main
+
+        return contention_main(argv[1:])
     return on_server(parse_args(argv), run)
 
 
-def on_server(args: argparse.Namespace, body: Callable[[argparse.Namespace, str, str], int]) -> int:
-    """body(args, dsn, where) on the --dsn server, or on a throwaway one started for it."""
+def on_server(args: argparse.Namespace, body: Callable[[argparse.Namespace, str, str], int],
+              settings: dict[str, str] | None = None) -> int:
+    """body(args, dsn, where) on the --dsn server, or on a throwaway one started for it (with
+    `settings`, default CLUSTER_SETTINGS)."""
     if args.dsn:
         return body(args, args.dsn, "the --dsn server")
     log(maybe_install_files())
     log("starting a throwaway PostgreSQL server ...")
-    with TempCluster(settings=dict(CLUSTER_SETTINGS)) as cluster:
+    with TempCluster(settings=dict(settings or CLUSTER_SETTINGS)) as cluster:
         return body(args, cluster.dsn(), "throwaway local server")
 
 

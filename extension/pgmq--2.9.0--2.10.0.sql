@@ -10,14 +10,1323 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_peek(jsonb, timestamp with time zone, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq.metrics_all()
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq.queue_metrics(text)
+-- new: pgmq.read_unordered(text, integer, integer, jsonb)
+-- new: pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
 -- new: pgmq._static_claim_next(bigint[], integer, text)
 -- new: pgmq._static_claim_next_ranked(bigint[], integer, text)
 -- new: pgmq.ack_ranges(text, bigint[], bigint[], timestamp with time zone[], boolean)
 -- new: pgmq._dispatch_one_detail(text)
+
+CREATE FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_other boolean;
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    SELECT s.retry_policy OR s.message_ttl IS NOT NULL OR s.message_limits OR s.paused OR s.priorities
+    INTO v_other
+    FROM pgmq.queue_settings s WHERE s.queue_name = read_unordered.queue_name;
+    IF coalesce(v_other, false) THEN
+        RETURN QUERY SELECT * FROM pgmq.read(queue_name, vt, qty, conditional);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_read_unordered(qty, make_interval(secs => vt), conditional,
+                                                                   clock_timestamp(), queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb) IS 'read without msg_id order: visible messages in the order they became visible (for many consumers).';
+
+CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY vt
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                    WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                        THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN 'ttl'
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, 'expired') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-retry-delay')
+                                                                                      WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                              THEN least(greatest((p.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM 'ttl'
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry ('retry')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, 'retry'), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get ('lost': taken or locked by a consumer since this
+    -- statement's snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'lost', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$fn$;
 
 CREATE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
 RETURNS SETOF record
@@ -25,6 +1334,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -58,6 +1368,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -282,6 +1593,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -338,12 +1650,76 @@ RETURN;
         '/*@routed@*/', cardinality(v_names)::text);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY vt
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY vt
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
     v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -406,6 +1782,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -600,6 +1977,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -794,6 +2172,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -900,6 +2279,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1006,6 +2386,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1090,6 +2471,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1174,6 +2556,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1248,6 +2631,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1322,6 +2706,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1382,6 +2767,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1442,6 +2828,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1634,6 +3021,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1826,6 +3214,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -1930,6 +3319,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2034,6 +3424,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2116,6 +3507,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2198,6 +3590,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2270,6 +3663,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2342,6 +3736,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2381,6 +3776,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -2433,6 +3829,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE

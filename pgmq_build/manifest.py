@@ -406,10 +406,10 @@ ROUTINES = policies(
            definer_reason="builds the fixed (priority, msg_id) index on a table that belongs to the extension's "
            "owner and flags the queue, for a caller proven by _prove_caller who may send to it"),
     "enable_priorities",
-    "read", "read_with_poll", "pop", "delete", "archive", "set_vt",
+    "read", "read_unordered", "read_with_poll", "pop", "delete", "archive", "set_vt",
     "ack_ranges",  # delivery: a batch consumer's set-based ack (features/delivery/functions/batch_ack)
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
-    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_ranked", "_static_read_judged",
+    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_unordered", "_static_read_ranked", "_static_read_judged",
     "_static_read_judged_ranked", "_static_pop", "_static_pop_ranked", "_static_pop_judged",
     "_static_pop_judged_ranked", "_static_read_ttl", "_static_read_ttl_ranked", "_static_pop_ttl",
     "_static_pop_ttl_ranked", "_static_read_ttl_clean", "_static_read_ttl_clean_ranked", "_static_pop_ttl_clean",

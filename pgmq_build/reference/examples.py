@@ -50,6 +50,10 @@ SELECT pgmq.enable_priorities('jobs');""",
 SELECT pgmq.create('jobs');
 SELECT pgmq.send('jobs', '{"task": 1}');
 SELECT msg_id, read_ct, message FROM pgmq.read('jobs', vt => 30, qty => 10);""",
+    "read_unordered": """\
+SELECT pgmq.create('jobs');
+SELECT pgmq.send_batch('jobs', ARRAY['{"n": 1}', '{"n": 2}']::jsonb[]);
+SELECT msg_id, message FROM pgmq.read_unordered('jobs', 30, 10);   -- both, in the order they became visible""",
     "read_with_poll": """\
 SELECT pgmq.create('jobs');
 SELECT pgmq.send('jobs', '{"task": 1}');

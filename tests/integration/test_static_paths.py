@@ -236,3 +236,17 @@ def test_the_claim_path_keeps_order_skips_locked_rows_and_expires(conn, connect)
     assert column(conn, "SELECT msg_id FROM pgmq.a_work") == [old]
     holder.rollback()
     assert scalar(conn, claim) == high
+
+
+def test_generic_plans_are_never_jit_compiled(conn):
+    """A generic plan's LIMIT $1 counts as a share of the table: on a queue of tens of millions
+    of rows its cost passes jit_above_cost, and every read or pop compiled its statement
+    (docs/performance/big-queues.md). Every path planned generically turns JIT off, also as a
+    rebuild (a queue made) rewrites it."""
+    conn.execute("SELECT pgmq.create('jobs')")
+    assert routed(conn, "read") == ["jobs"]
+    configs = dict(conn.execute(
+        "SELECT proname, proconfig FROM pg_proc WHERE pronamespace = 'pgmq'::regnamespace "
+        "AND proname LIKE '\\_static\\_%' AND 'plan_cache_mode=force_generic_plan' = ANY (proconfig)").fetchall())
+    assert {"_static_read", "_static_pop", "_static_read_unordered", "_static_peek"} <= set(configs)
+    assert [name for name, config in configs.items() if "jit=off" not in config] == []

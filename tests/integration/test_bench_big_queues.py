@@ -1,0 +1,36 @@
+"""`python3 -m bench big` (bench/big_queues.py) on the test server with a
+small queue: every operation is measured on the plain queue and, with pg_partman, on a
+partitioned one; the bench database is gone afterwards. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from bench import big_queues
+
+
+def test_big_queue_bench_measures_every_operation(dsn, tmp_path, capsys):
+    out = tmp_path / "big.json"
+    args = big_queues.parse_args(["--sizes", "3000", "--ops", "50", "--json", str(out)])
+    assert big_queues.run(args, dsn, "the test server") == 0
+    assert "| plain | 3,000 |" in capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    with psycopg.connect(dsn) as conn:
+        partman = conn.execute("SELECT count(*) FROM pg_available_extensions "
+                               "WHERE name = 'pg_partman'").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'pgmq_bench'").fetchone()[0] == 0
+    assert [r["kind"] for r in rows] == ["plain"] + (["partitioned"] if partman else [])
+    for r in rows:
+        assert r["size"] == 3000 and r["table_mb"] > 0
+        assert min(r["send_us"], r["read_delete_us"], r["pop_us"]) > 0
+        assert r["queue_metrics_ms"] > 0 and r["metrics_ms"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "10"], ["--sizes", "x"], ["--ops", "0"]])
+def test_big_queue_bench_refuses_bad_options(argv):
+    with pytest.raises(SystemExit) as exc:
+        big_queues.parse_args(argv)
+    assert exc.value.code == 2
