@@ -35,13 +35,14 @@ def test_every_page_works_read_only_on_the_standby(pair, dashboard):
         assert reply.status == 200, (path, reply.body[:500])
         assert shown in reply.body, path
         assert BANNER in reply.body and "read-only: standby" in reply.body, path
-        assert "<form" not in reply.body and "actions enabled" not in reply.body, path
+        # no action's form (the queue list's filter is a GET form, allowed)
+        assert 'method="post"' not in reply.body.lower() and "actions enabled" not in reply.body, path
 
 
 def test_an_action_posted_to_the_standby_is_refused_with_the_reason(pair, dashboard):
     primary_side = dashboard(pair.primary.dsn(), allow_actions=True)
     page = primary_side.get("/queues/orders")
-    assert page.status == 200 and BANNER not in page.body and "<form" in page.body
+    assert page.status == 200 and BANNER not in page.body and 'method="post"' in page.body.lower()
     d = dashboard(pair.standby.dsn(), allow_actions=True)
     token = d.app.csrf_token  # as a form of a dashboard with actions would carry it
     reply = d.post("/queues/orders/pause", {"csrf": token})

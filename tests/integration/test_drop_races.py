@@ -41,6 +41,7 @@ ARGS = {
     "partitioned": "false", "prefix": "'q'",
     "e_name": "'race_x'", "e_key": "'race.k'", "exchange_name": "'race_x'",
     "routing_key": "'race.k'", "e_routing_key": "'race.k'", "pattern": "'race.#'",
+    "first_ids": "ARRAY[1]::bigint[]", "last_ids": "ARRAY[3]::bigint[]",
     # role_name / role_oid: the test's role, filled in below
 }
 

@@ -288,6 +288,8 @@ SCENARIO = [
     ("SELECT depth FROM pgmq.queue_metrics('plain')", ANY),
     ("SELECT count(*) FROM pgmq.queue_metrics()", ANY),
     ("SELECT count(*) FROM pgmq.browse('plain')", ANY),
+    ("SELECT count(*) FROM pgmq.read_unordered('plain', 30, 1)", ANY),
+    ("SELECT pgmq.ack_ranges('plain', ARRAY[1]::bigint[], ARRAY[2]::bigint[])", ANY),
     ("SELECT pgmq.enable_priorities('plain')", ANY),
     ("SELECT pgmq.move_messages('plain', 'fast')", ANY),
     # partitioned (pg_partman). pg_partman 4.x sets its own search_path to 'partman, pg_temp,

@@ -54,7 +54,7 @@ TEXT_VALUES = {
 TYPE_VALUES = {
     "integer": "1", "bigint": "1", "double precision": "1", "boolean": "false", "jsonb": "'{}'",
     "jsonb[]": "ARRAY['{}'::jsonb]", "bigint[]": "ARRAY[1::bigint]", "text[]": "ARRAY['x']",
-    "timestamp with time zone": "now()", "interval": "'1 hour'", "xml": "'<a/>'",
+    "timestamp with time zone": "now()", "timestamp with time zone[]": "ARRAY[now()]", "interval": "'1 hour'", "xml": "'<a/>'",
     "anyelement": "'{}'::jsonb", "regtype": "'jsonb'", "character": "'N'",
     "oid": "current_user::text::regrole::oid",  # CALL takes no subquery
 }

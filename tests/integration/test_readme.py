@@ -1,5 +1,6 @@
 """Every SQL and shell example of the documentation runs as written: README.md, CONTRIBUTING.md
-and every page of docs/ (the site's sources).
+and every page of docs/ (the site's sources) but the generated reference, whose examples
+test_reference_examples.py runs.
 
 Each ```sql block runs through psql (ON_ERROR_STOP, so any error fails it) in a database of its
 own with the extension created, as a superuser would paste it; a few blocks also have what they
@@ -31,7 +32,11 @@ from pgmq_build.cluster import pg_bindir
 from pgmq_build.migrate import upstream_sql
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# The generated reference's examples run in tests/integration/test_reference_examples.py, each in
+# a fresh database of its own (they are independent, not a page to paste top to bottom).
+GENERATED = ROOT / "docs" / "reference"
+FILES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md",
+         *sorted(p for p in (ROOT / "docs").rglob("*.md") if GENERATED not in p.parents)]
 
 # Lines of ```sh blocks that this file does not run, and what runs them instead.
 RUN_ELSEWHERE = {

@@ -145,6 +145,7 @@ CASES = [
     _q(f"SELECT * FROM pgmq.read({T}, 0, 1)"),
     _q(f"SELECT * FROM pgmq.read_with_poll({T}, 0, 1, 0, 10)"),
     _q(f"SELECT * FROM pgmq.read_unordered({T}, 0, 1)"),
+    _q(f"SELECT pgmq.ack_ranges({T}, ARRAY[1]::bigint[], ARRAY[2]::bigint[])"),
     _q(f"SELECT * FROM pgmq.pop({T})"),
     _q(f"SELECT * FROM pgmq.read_grouped({T}, 0, 1)"),
     _q(f"SELECT * FROM pgmq.read_grouped_rr({T}, 0, 1)"),
