@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ..cluster import pg_bindir
+from pgmq_build.cluster import pg_bindir
+
 from .contention_report import Point, markdown, plot
 from .run import (
     CLUSTER_SETTINGS,
