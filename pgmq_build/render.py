@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import jinja2
@@ -348,17 +348,24 @@ def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
     return files
 
 
-def diff_outputs(outdir: Path, files: Mapping[str, str], released: tuple[Release, ...] | None = None) -> list[str]:
-    """Problems of outdir against a fresh render: generated files missing or stale, released
-    scripts missing or altered (they are frozen), and unexpected files."""
-    released = MANIFEST.released if released is None else released
+def stale_files(outdir: Path, files: Mapping[str, str], shown: Callable[[str], str] = str) -> list[str]:
+    """`missing: NAME` / `differs: NAME` for each of `files` that outdir lacks or holds another
+    text of (`shown`: how a name is written)."""
     problems = []
     for name, text in files.items():
         path = outdir / name
         if not path.exists():
-            problems.append(f"missing: {name}")
+            problems.append(f"missing: {shown(name)}")
         elif path.read_text() != text:
-            problems.append(f"differs: {name}")
+            problems.append(f"differs: {shown(name)}")
+    return problems
+
+
+def diff_outputs(outdir: Path, files: Mapping[str, str], released: tuple[Release, ...] | None = None) -> list[str]:
+    """Problems of outdir against a fresh render: generated files missing or stale, released
+    scripts missing or altered (they are frozen), and unexpected files."""
+    released = MANIFEST.released if released is None else released
+    problems = stale_files(outdir, files)
     problems += frozen_problems(outdir, released)
     problems += history_.misplaced(released, outdir)
     frozen = released_scripts(released)

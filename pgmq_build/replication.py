@@ -101,6 +101,13 @@ class ReplicaPair:
                 f"user={self.primary.superuser} dbname={dbname} "
                 + " ".join(f"{k}={v}" for k, v in opts.items()))
 
+    def seeded(self, sql: str, dbname: str = "postgres") -> ReplicaPair:
+        """The pair, after `sql` ran on the primary and the standby replayed it."""
+        with psycopg.connect(self.dsn(dbname), autocommit=True) as c:
+            c.execute(sql)
+        self.wait_replayed(dbname)
+        return self
+
     def wait_replayed(self, dbname: str = "postgres", timeout: float = 30.0) -> None:
         """Until the standby has replayed everything the primary wrote so far (a synchronous
         commit only waits for the standby's flush, not its replay)."""

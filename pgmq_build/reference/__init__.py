@@ -32,12 +32,7 @@ def pages(install_sql: str, manifest: Manifest = MANIFEST) -> dict[str, str]:
 
 def problems(texts: dict[str, str], where: Path | None = None) -> list[str]:
     """Why the pages in ``where`` (default: docs/reference/) are not ``texts``."""
+    from ..render import stale_files
+
     where = where or reference_dir()
-    out = []
-    for name, text in texts.items():
-        path = where / name
-        if not path.exists():
-            out.append(f"missing: reference/{name} (in {where.parent})")
-        elif path.read_text() != text:
-            out.append(f"differs: reference/{name} (in {where.parent})")
-    return out
+    return stale_files(where, texts, lambda name: f"reference/{name} (in {where.parent})")

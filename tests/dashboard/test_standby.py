@@ -20,10 +20,7 @@ BANNER = "Read-only: this server is a standby"
 
 @pytest.fixture(scope="module")
 def pair(standby_pair: ReplicaPair) -> ReplicaPair:
-    with psycopg.connect(standby_pair.dsn(), autocommit=True) as admin:
-        admin.execute(SETUP)
-    standby_pair.wait_replayed()
-    return standby_pair
+    return standby_pair.seeded(SETUP)
 
 
 def test_every_page_works_read_only_on_the_standby(pair, dashboard):

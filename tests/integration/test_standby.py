@@ -65,10 +65,7 @@ WRITES = [
 
 @pytest.fixture(scope="module")
 def pair(standby_pair: ReplicaPair) -> ReplicaPair:
-    with psycopg.connect(standby_pair.dsn(), autocommit=True) as admin:
-        admin.execute(SETUP)
-    standby_pair.wait_replayed()
-    return standby_pair
+    return standby_pair.seeded(SETUP)
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ pytestmark = pytest.mark.spark
 
 
 def test_snapshot_reads_from_the_standby(spark, standby_pair):
-    with psycopg.connect(standby_pair.dsn(), autocommit=True) as primary:
-        primary.execute("SELECT pgmq.create('orders')")
-        primary.execute("SELECT pgmq.send_batch('orders', array_agg(jsonb_build_object('n', n))) "
-                        "FROM generate_series(1, 50) n")
-        primary.execute("SELECT pgmq.archive('orders', ARRAY[1, 2, 3]::bigint[])")
-    standby_pair.wait_replayed()
+    standby_pair.seeded("SELECT pgmq.create('orders');"
+                        "SELECT pgmq.send_batch('orders', array_agg(jsonb_build_object('n', n))) "
+                        "FROM generate_series(1, 50) n;"
+                        "SELECT pgmq.archive('orders', ARRAY[1, 2, 3]::bigint[])")
     dsn = standby_pair.standby.dsn()
     queue = spark.read.format("pgmq").option("dsn", dsn).option("queue", "orders").load()
     assert sorted(r.msg_id for r in queue.select("msg_id").collect()) == list(range(4, 51))
