@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.10.0"
+VERSION = "2.11.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -181,6 +181,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.9.0.sql": "784b5c96803c177cda765eadd47beff0284a168264905a09a65d8c66b8e12687",
         "pgmq-standalone--1.13.0--2.9.0.sql": "f21575a08337fb05798cf3b4171817281d327ce0d0cd7b784cfdefe1b74290bc",
         "pgmq-standalone--1.13.1--2.9.0.sql": "ce5f6504f7e139cbab598ed57486599a0697f7b5761aeb86269d54751cf30a07",
+    }),
+    Release("2.10.0", {
+        "pgmq--2.10.0.sql": "7d96b3f1e87c99d441d69be4bc38f2ca9c2e2c329b69d3c37e66f8dfe94e831c",
+        "pgmq-standalone--2.10.0.sql": "c3ecae06c573e089a07c3bd0383fadd65c63b5cf05a32f48fccec4bc9497d92a",
+        "pgmq--2.9.0--2.10.0.sql": "20add1b94d3646e5ea287e38faec16cced810ddb43504ec3da467c06aa883b92",
+        "pgmq-standalone--2.9.0--2.10.0.sql": "d9b4e13f91de7a6557ff6e79c93a3f674987e8ce2a9e849cfc524ca243fa0d47",
+        "pgmq--1.13.0--2.10.0.sql": "0d28759966f1a04fd5d2ca64da4674cc930d65c1b0c3dfdc277d612c39425c9e",
+        "pgmq--1.13.1--2.10.0.sql": "a42a49f41d7af38d7b7eaa95105ba25da775fdb14b8a1f1583ee82a3bf16fe0b",
+        "pgmq-standalone--1.13.0--2.10.0.sql": "479f3c8a10dda86ceb480b216f852cfaa862fe110a20ff79df675027072ac815",
+        "pgmq-standalone--1.13.1--2.10.0.sql": "cfa48bf53bd281b3c57a4a8e3ecda992544d1c38eb1d206ad7bbbf00e498b807",
     }),
 )
 
