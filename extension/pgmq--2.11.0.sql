@@ -2499,7 +2499,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -2606,7 +2610,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -3117,7 +3125,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -3223,7 +3235,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -4261,7 +4277,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4349,7 +4369,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4456,7 +4480,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4544,7 +4572,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5307,7 +5339,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5394,7 +5430,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5500,7 +5540,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5587,7 +5631,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -7649,7 +7697,11 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' AND NOT coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
             CONTINUE;
         END IF;
         IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
@@ -8766,7 +8818,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -8795,7 +8851,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8876,7 +8932,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -8905,7 +8965,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9273,7 +9333,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9302,7 +9366,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9381,7 +9445,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9410,7 +9478,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9778,7 +9846,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9807,7 +9879,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9886,7 +9958,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9915,7 +9991,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10

@@ -2500,7 +2500,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -2607,7 +2611,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -3118,7 +3126,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -3224,7 +3236,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = 'rollback' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
+                  WHEN 'number' THEN least(greatest((p.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                  WHEN 'string' THEN CASE WHEN (p.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                          THEN least(greatest((p.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN 'ttl'
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->'x-pgmq-max-retries')
@@ -4262,7 +4278,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4350,7 +4370,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4457,7 +4481,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -4545,7 +4573,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5308,7 +5340,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5395,7 +5431,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5501,7 +5541,11 @@ BEGIN
                j.attempts, r.reason,
                CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
         FROM picked p
-        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
         CROSS JOIN LATERAL (
             SELECT CASE WHEN p.expired THEN ''ttl''
                         WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -5588,7 +5632,11 @@ $path$;',
            j.attempts, r.reason,
            CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
     FROM picked p
-    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
     CROSS JOIN LATERAL (
         SELECT CASE WHEN p.expired THEN ''ttl''
                     WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
@@ -7647,7 +7695,11 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_row.failed IS NOT NULL THEN
-            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' AND NOT coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
             CONTINUE;
         END IF;
         IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
@@ -8764,7 +8816,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -8793,7 +8849,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -8874,7 +8930,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -8903,7 +8963,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9271,7 +9331,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9300,7 +9364,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9379,7 +9443,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9408,7 +9476,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9776,7 +9844,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9805,7 +9877,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10
@@ -9884,7 +9956,11 @@ $q$,
                               WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
                                                       THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
                          END, $7), false) THEN 'expired' END) END AS failed,
-                           q.read_ct
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
                     FROM pgmq.%1$I q
                     WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
                       AND q.vt <= $3
@@ -9913,7 +9989,7 @@ $q$,
                 JOIN kept ON kept.msg_id = leased.msg_id
                 UNION ALL
                 SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
-                       CASE WHEN locked.failed = 'rollback' THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
                 FROM locked
                 WHERE locked.failed IS NOT NULL
                 ORDER BY 10

@@ -58,6 +58,13 @@ def _ensure_extension_files() -> None:
             )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _current_extension_files() -> None:
+    """Every test runs the current SQL, those that start their own TempCluster too: run alone
+    after a template change, a stress test otherwise ran whatever an earlier run had installed."""
+    _ensure_extension_files()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[TempCluster]:
     _ensure_extension_files()

@@ -122,6 +122,51 @@ def test_an_ack_rolled_back_inside_its_lease_counts_as_a_failed_delivery(policy_
     assert column(conn, "SELECT read_ct FROM pgmq.read('jobs', 30, 1)") == [3]
 
 
+def lease_the_last_delivery(conn):
+    """Lease the message 1 + MAX_RETRIES times (each lease runs out and the next read takes it
+    again at once): its deliveries are used up, the last lease still held. Returns its msg_id."""
+    for n in range(1, 2 + MAX_RETRIES):
+        (msg_id, read_ct), = conn.execute("SELECT msg_id, read_ct FROM pgmq.read('jobs', 30, 1)").fetchall()
+        assert read_ct == n
+        if n <= MAX_RETRIES:
+            conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    return msg_id
+
+
+USED_UP_PATHS = ["read", "pop", "read_message", "read_grouped"]
+
+
+@pytest.mark.parametrize("how", USED_UP_PATHS)
+def test_a_rolled_back_ack_of_the_last_lease_counts_no_more(policy_queue, how):
+    """The last delivery was counted when it was leased; its rolled-back ack may not count it
+    again (the dead letter said attempts = 2 + max_retries after a consumer was killed)."""
+    conn = policy_queue
+    msg_id = lease_the_last_delivery(conn)
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, clock_timestamp() + interval '0.2 s')", (msg_id,))
+    with conn.transaction(force_rollback=True):
+        assert scalar(conn, "SELECT pgmq.delete('jobs', %s::bigint)", (msg_id,)) is True
+    wait_for(lambda: scalar(conn, "SELECT vt <= clock_timestamp() FROM pgmq.q_jobs"), what="the lease to run out")
+    assert take(conn, how) is None
+    (record,), = dead_letter(conn)
+    assert (record["reason"], record["attempts"]) == ("rollback", 1 + MAX_RETRIES)
+
+
+@pytest.mark.parametrize("how", USED_UP_PATHS)
+def test_a_rolled_back_dead_lettering_counts_nothing(policy_queue, how):
+    """A consumer that dead-letters a used-up message and then rolls back (killed, crashed)
+    delivered nothing: the next consumer dead-letters it with the same count."""
+    conn = policy_queue
+    msg_id = lease_the_last_delivery(conn)
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 0)", (msg_id,))
+    with conn.transaction(force_rollback=True):
+        assert take(conn, how) is None
+        assert dead_letter(conn) != []
+    assert dead_letter(conn) == []
+    assert take(conn, how) is None
+    (record,), = dead_letter(conn)
+    assert record["attempts"] == 1 + MAX_RETRIES
+
+
 def test_a_rolled_back_take_of_an_expired_lease_counts(policy_queue):
     conn = policy_queue
     msg_id = column(conn, "SELECT msg_id FROM pgmq.read('jobs', 30, 1)")[0]
