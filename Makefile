@@ -23,7 +23,7 @@ all install:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big chaos
+.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big bench-archive chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:
@@ -101,3 +101,9 @@ bench-contention: deps
 bench-big: deps
 	$(MAKE) --no-print-directory install
 	$(BUILD_PY) -m bench big $(BIG_ARGS)
+
+# A partitioned queue's archive under retention: bounded size, flat cost (ARCHIVE_ARGS: see
+# `python3 -m bench archive --help`).
+bench-archive: deps
+	$(MAKE) --no-print-directory install
+	$(BUILD_PY) -m bench archive $(ARCHIVE_ARGS)

@@ -6,6 +6,7 @@
     python3 -m bench steady [options]    (or --steady: steady.py, `make bench-steady`)
     python3 -m bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
     python3 -m bench contention [options] (contention.py, `make bench-contention`)
+    python3 -m bench archive [options] (archive_retention.py, `make bench-archive`)
     python3 -m bench big [options]       (big_queues.py, `make bench-big`)
 
 Three systems on one server, in two databases the bench creates: "raw" (plain SQL on a table
@@ -736,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
         from .big_queues import main as big_main
 
         return big_main(argv[1:])
+    if argv[:1] == ["archive"]:  # a partitioned archive under retention: archive_retention.py
+        from .archive_retention import main as archive_main
+
+        return archive_main(argv[1:])
     if argv[:1] == ["contention"]:  # many consumers on one full queue: contention.py
         from .contention import main as contention_main
 

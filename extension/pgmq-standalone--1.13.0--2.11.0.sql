@@ -8505,6 +8505,13 @@ DECLARE
     v_moved      bigint;
     v_pending    boolean;
     v_found      boolean;
+    v_next       bigint;
+    v_interval   numeric;
+    v_premake    integer;
+    v_retention  numeric;
+    v_keep       boolean;
+    v_ids        bigint[];
+    v_child      record;
 BEGIN
     IF _run_partition_maintenance.queue_name IS NOT NULL THEN
         PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = _run_partition_maintenance.queue_name;
@@ -8571,6 +8578,41 @@ BEGIN
                 END LOOP;
             END IF;
 
+            IF v_control = 'msg_id' AND v_table = pgmq._format_table_name(v_queue, 'q') THEN
+                EXECUTE format($q$SELECT CASE WHEN partition_interval ~ '^[0-9]{1,18}$' THEN partition_interval::numeric END,
+                                          least(greatest(premake, 0), 1000),
+                                          CASE WHEN retention ~ '^[0-9]{1,18}$' THEN retention::numeric END,
+                                          coalesce(retention_keep_table, true)
+                                   FROM %I.part_config WHERE parent_table = $1$q$, v_partman)
+                INTO v_interval, v_premake, v_retention, v_keep
+                USING v_parent;
+                v_next := pg_catalog.pg_sequence_last_value(
+                    pg_catalog.pg_get_serial_sequence(format('pgmq.%I', v_table), 'msg_id')::pg_catalog.regclass);
+                IF v_next IS NOT NULL AND v_interval > 0 THEN
+                    SELECT pg_catalog.array_agg(x::bigint ORDER BY x) INTO v_ids
+                    FROM pg_catalog.generate_series(0, v_premake) AS k,
+                         -- create_partition_id starts a partition at the id it is given: the bounds'
+                         -- multiples of the interval, as pg_partman makes them
+                         LATERAL (SELECT (pg_catalog.div(v_next::numeric, v_interval) + k) * v_interval AS x) a
+                    WHERE x <= 9223372036854775807;
+                    EXECUTE format('SELECT %I.create_partition_id(p_parent_table := $1, p_partition_ids := $2)', v_partman)
+                    USING v_parent, v_ids;
+                    IF v_retention IS NOT NULL AND NOT v_keep THEN
+                        FOR v_child IN EXECUTE format(
+                            $q$SELECT s.partition_schemaname AS sch, s.partition_tablename AS tab, i.child_end_id AS upto
+                               FROM %1$I.show_partitions($1, 'ASC') s,
+                                    LATERAL %1$I.show_partition_info(s.partition_schemaname || '.' || s.partition_tablename,
+                                                                     NULL, $1) i$q$, v_partman)
+                            USING v_parent
+                        LOOP
+                            EXIT WHEN v_child.upto IS NULL OR v_child.upto::numeric >= v_next::numeric - v_retention;
+                            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I)', v_child.sch, v_child.tab) INTO v_pending;
+                            CONTINUE WHEN v_pending;
+                            EXECUTE format('DROP TABLE %I.%I', v_child.sch, v_child.tab);
+                        END LOOP;
+                    END IF;
+                END IF;
+            END IF;
             EXECUTE format('SELECT %I.run_maintenance(p_parent_table := $1)', v_partman) USING v_parent;
         END LOOP;
         IF _run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN

@@ -44,6 +44,7 @@ $check$;
 -- replace: pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq._run_partition_maintenance(text)
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
@@ -3276,6 +3277,140 @@ BEGIN
         END IF;
         v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
         RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._run_partition_maintenance(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_partman    text;
+    v_queue      text;
+    v_parent     text;
+    v_table      text;
+    v_control    text;
+    v_default    text;
+    v_moved      bigint;
+    v_pending    boolean;
+    v_found      boolean;
+    v_next       bigint;
+    v_interval   numeric;
+    v_premake    integer;
+    v_retention  numeric;
+    v_keep       boolean;
+    v_ids        bigint[];
+    v_child      record;
+BEGIN
+    IF _run_partition_maintenance.queue_name IS NOT NULL THEN
+        PERFORM 1 FROM pgmq.meta m WHERE m.queue_name = _run_partition_maintenance.queue_name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _run_partition_maintenance.queue_name);
+        END IF;
+        IF NOT pgmq._extension_exists('pg_partman') THEN
+            RAISE EXCEPTION 'pg_partman is required for partitioned queues' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF coalesce(pgmq._get_pg_partman_major_version(), 0) < 4 THEN
+            RAISE EXCEPTION 'pg_partman % is too old for partitioned queues', pgmq._get_pg_partman_major_version() USING ERRCODE = 'feature_not_supported', HINT = 'Partitioned queues need pg_partman 4 or later: ALTER EXTENSION pg_partman UPDATE;';
+        END IF;
+    ELSIF NOT pgmq._extension_exists('pg_partman') THEN
+        RETURN;  -- no pg_partman, so no partitioned queue: nothing to do
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+
+    FOR v_queue IN
+        SELECT m.queue_name FROM pgmq.meta m
+        WHERE _run_partition_maintenance.queue_name IS NULL
+           OR m.queue_name = _run_partition_maintenance.queue_name
+        ORDER BY m.queue_name
+    LOOP
+        -- Serialise with drop_queue and create_partitioned of this queue.
+        PERFORM pgmq.acquire_queue_lock(v_queue);
+        v_found := false;
+        FOREACH v_table IN ARRAY ARRAY[pgmq._format_table_name(v_queue, 'q'),
+                                       pgmq._format_table_name(v_queue, 'a')]
+        LOOP
+            v_parent := 'pgmq.' || v_table;
+            v_control := NULL;
+            EXECUTE format('SELECT control FROM %I.part_config WHERE parent_table = $1', v_partman)
+            INTO v_control
+            USING v_parent;
+            CONTINUE WHEN v_control IS NULL OR to_regclass(format('pgmq.%I', v_table)) IS NULL;
+            v_found := true;
+
+            -- Rows in the default partition block the creation of the partitions they belong
+            -- to; move them into real partitions (created as needed) first.
+            SELECT c.relname INTO v_default
+            FROM pg_catalog.pg_inherits i
+            JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = to_regclass(format('pgmq.%I', v_table))
+              AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT';
+            IF FOUND THEN
+                LOOP
+                    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_default) INTO v_pending;
+                    EXIT WHEN NOT v_pending;
+                    -- pg_partman stages the rows in this temporary table, shaped like the first
+                    -- table it served in the transaction: start afresh for each table.
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXECUTE format('SELECT %I.%I(p_parent_table := $1, p_batch_count := $2, p_analyze := false)',
+                                   v_partman,
+                                   CASE WHEN v_control = 'msg_id' THEN 'partition_data_id' ELSE 'partition_data_time' END)
+                    INTO v_moved
+                    USING v_parent, 10;
+                    IF to_regclass('pg_temp.partman_temp_data_storage') IS NOT NULL THEN
+                        DROP TABLE pg_temp.partman_temp_data_storage;
+                    END IF;
+                    EXIT WHEN v_moved IS NULL OR v_moved <= 0;
+                END LOOP;
+            END IF;
+
+            IF v_control = 'msg_id' AND v_table = pgmq._format_table_name(v_queue, 'q') THEN
+                EXECUTE format($q$SELECT CASE WHEN partition_interval ~ '^[0-9]{1,18}$' THEN partition_interval::numeric END,
+                                          least(greatest(premake, 0), 1000),
+                                          CASE WHEN retention ~ '^[0-9]{1,18}$' THEN retention::numeric END,
+                                          coalesce(retention_keep_table, true)
+                                   FROM %I.part_config WHERE parent_table = $1$q$, v_partman)
+                INTO v_interval, v_premake, v_retention, v_keep
+                USING v_parent;
+                v_next := pg_catalog.pg_sequence_last_value(
+                    pg_catalog.pg_get_serial_sequence(format('pgmq.%I', v_table), 'msg_id')::pg_catalog.regclass);
+                IF v_next IS NOT NULL AND v_interval > 0 THEN
+                    SELECT pg_catalog.array_agg(x::bigint ORDER BY x) INTO v_ids
+                    FROM pg_catalog.generate_series(0, v_premake) AS k,
+                         -- create_partition_id starts a partition at the id it is given: the bounds'
+                         -- multiples of the interval, as pg_partman makes them
+                         LATERAL (SELECT (pg_catalog.div(v_next::numeric, v_interval) + k) * v_interval AS x) a
+                    WHERE x <= 9223372036854775807;
+                    EXECUTE format('SELECT %I.create_partition_id(p_parent_table := $1, p_partition_ids := $2)', v_partman)
+                    USING v_parent, v_ids;
+                    IF v_retention IS NOT NULL AND NOT v_keep THEN
+                        FOR v_child IN EXECUTE format(
+                            $q$SELECT s.partition_schemaname AS sch, s.partition_tablename AS tab, i.child_end_id AS upto
+                               FROM %1$I.show_partitions($1, 'ASC') s,
+                                    LATERAL %1$I.show_partition_info(s.partition_schemaname || '.' || s.partition_tablename,
+                                                                     NULL, $1) i$q$, v_partman)
+                            USING v_parent
+                        LOOP
+                            EXIT WHEN v_child.upto IS NULL OR v_child.upto::numeric >= v_next::numeric - v_retention;
+                            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I)', v_child.sch, v_child.tab) INTO v_pending;
+                            CONTINUE WHEN v_pending;
+                            EXECUTE format('DROP TABLE %I.%I', v_child.sch, v_child.tab);
+                        END LOOP;
+                    END IF;
+                END IF;
+            END IF;
+            EXECUTE format('SELECT %I.run_maintenance(p_parent_table := $1)', v_partman) USING v_parent;
+        END LOOP;
+        IF _run_partition_maintenance.queue_name IS NOT NULL AND NOT v_found THEN
+            RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+                MESSAGE = format('queue "%s" is not partitioned', v_queue);
+        END IF;
     END LOOP;
 END;
 $fn$;

@@ -437,6 +437,27 @@ def test_retention_drops_old_id_partitions(conn, partman):
     assert scalar(conn, "SELECT to_regclass('pgmq.q_ret_p0')") is None
 
 
+def test_a_queue_kept_empty_gets_partitions_ahead_and_loses_old_empty_ones(conn, partman):
+    """pg_partman finds the newest id in the rows: with the queue consumed to empty at each
+    maintenance it made nothing ahead, and every later message went to the default partition
+    (which then held every dead row the reads stepped over). The identity sequence leads now."""
+    conn.execute("SELECT pgmq.create_partitioned('drained', '10', '30', 2)")
+    kept = send_n(conn, "drained", 1)  # one message nobody consumes, in the first partition
+    for _ in range(6):
+        ids = send_n(conn, "drained", 10)
+        conn.execute("SELECT pgmq.archive('drained', %s::bigint[])", (ids,))
+        conn.execute("SELECT pgmq.run_partition_maintenance('drained')")
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    assert scalar(conn, "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'q_drained_default'") == 0
+    last = scalar(conn, "SELECT pg_sequence_last_value('pgmq.q_drained_msg_id_seq')")
+    bounds = id_bounds(conn, "pgmq.q_drained")
+    assert last == 61 and bounds[-1] == (80, 90)  # the partition of the next id and two ahead
+    # empty partitions wholly older than 30 ids behind the sequence are gone; the one holding
+    # the unconsumed message stays (pg_partman's own retention decides about rows)
+    assert bounds[0] == (0, 10) and (10, 20) not in bounds and (20, 30) not in bounds
+    assert column(conn, "SELECT msg_id FROM pgmq.read('drained', 30, 5)") == kept
+
+
 def test_retention_drops_old_time_partitions(conn, partman):
     conn.execute("SELECT pgmq.create_partitioned('daily', '1 day', '2 days', 4)")
     old_day = scalar(conn, "SELECT to_char(now() - interval '3 days 12 hours', 'YYYY_MM_DD')")
