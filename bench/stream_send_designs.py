@@ -1,4 +1,4 @@
-"""The designs tried for stream_send, measured side by side (README "Performance", streams):
+"""The designs tried for stream_send, measured side by side (docs/performance.md, streams):
 ``python3 -m bench.stream_send_designs [--seconds 3] [--rounds 8] [--streams 3]``.
 
 Each candidate is a PL/pgSQL function appending one event to stream 'ev' (made by

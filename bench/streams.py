@@ -1,4 +1,4 @@
-"""The streams' workloads (README "Streams"): producing into a stream and consuming it through
+"""The streams' workloads (docs/concepts/queues-and-streams.md "Streams"): producing into a stream and consuming it through
 subscriptions, on ours and on a plain-SQL baseline; upstream PGMQ has no streams.
 
 - ``stream_send`` / ``stream_send_batch``: one event per call (autocommit: one transaction each)

@@ -243,7 +243,7 @@ ALTER TABLE pgmq.topic_bindings RENAME TO _upstream_topic_bindings;
 -- (upstream's config dump of pgmq.meta is kept)
 
 -- features/core/ownership.sql.j2
--- Queue owners (README "Security"): the role that asked for a queue. Its tables belong to the
+-- Queue owners (docs/concepts/security-model.md): the role that asked for a queue. Its tables belong to the
 -- extension's owner; this role holds table privileges and may change the queue's settings,
 -- grants and per-queue objects through the API. A queue without a row (made outside the API)
 -- is administered by trusted roles only.

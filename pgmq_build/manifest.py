@@ -389,7 +389,7 @@ KEEPS_SEARCH_PATH = ("pg_partman sets search_path at session level; this outer f
                      "value back after its pinned inner function returns")
 CALLERS_PATH = "resolves the callback's name in the caller's search_path"
 
-# Every routine the templates create, by name, in install order (README "Development"; signatures:
+# Every routine the templates create, by name, in install order (CONTRIBUTING.md; signatures:
 # docs/api.txt). A bare name: the default policy. The lint fails on a routine without an entry
 # here and on an entry without a routine.
 ROUTINES = policies(

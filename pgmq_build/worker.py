@@ -35,7 +35,7 @@ Design:
   ``batch`` bounds how many messages a dispatcher takes from one queue before moving round
   robin to the next queue with work (a statement never spans two turns).
 * Callbacks run as their registrant (``pgmq.list_callbacks()``'s ``registrant``), and only in a
-  session acting as that role (README "Callbacks and sessions"). A queue whose callback is the
+  session acting as that role (docs/guides/callbacks-and-worker.md). A queue whose callback is the
   worker's own login role's is dispatched as above. For another role's, the dispatcher makes its
   session act as that role for one statement and scrubs it before anything else runs there:
   ``SET ROLE <registrant>``, the dispatch statement, then ``_SCRUB`` (what ``DISCARD ALL``

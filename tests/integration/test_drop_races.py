@@ -1,4 +1,4 @@
-"""Every public routine racing create/drop loops (README "Concurrency"): a call succeeds or fails
+"""Every public routine racing create/drop loops (docs/concepts/queues-and-streams.md): a call succeeds or fails
 with 42P01 (the queue went away), or with an error the routine documents for a missing queue
 (ROUTINE_ERRORS) -- never XX000 (an OID that vanished), 40P01 (a deadlock with the drop) or
 23503 (a catalog row written for a dropped queue).

@@ -1,4 +1,4 @@
-"""No privilege escalation through queues (README "Security"). Any role may create queues, so a
+"""No privilege escalation through queues (docs/concepts/security-model.md). Any role may create queues, so a
 queue's owner may be hostile: here `mallory`, an ordinary LOGIN role with a schema of its own,
 tries every way of planting code that a superuser working with its queue would run (triggers of
 each kind, rules, defaults, CHECK constraints, index expressions, callbacks, payload types,

@@ -1,4 +1,4 @@
-"""The delivery contract on every consuming path (README "Retry policies"): on a queue with a
+"""The delivery contract on every consuming path (docs/concepts/delivery-guarantees.md): on a queue with a
 retry policy a delivery lost to a rollback, a rolled-back savepoint or a terminated backend is
 counted once, whichever function took it and whichever function next meets the message, a
 take of a lease that ran out included; an acknowledgement rolled back inside its lease counts

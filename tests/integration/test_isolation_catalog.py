@@ -1,4 +1,4 @@
-"""Nothing privileged work trusts can be forged (issue 29, vectors 5, 6 and 8; README "Security").
+"""Nothing privileged work trusts can be forged (issue 29, vectors 5, 6 and 8; docs/concepts/security-model.md).
 
 A hostile queue owner, `mallory`, writes catalog rows directly (row security lets it change the
 rows of its own queues and exchanges) and forges dead-letter headers, while a superuser (an

@@ -1,4 +1,4 @@
-"""A callback's code never shares a privileged session (README "Callbacks and sessions").
+"""A callback's code never shares a privileged session (docs/guides/callbacks-and-worker.md).
 
 A callback runs as its registrant inside its SECURITY DEFINER runner, but what it leaves in the
 session outlives the runner: a plain SET (a function's SET clause restores only SET LOCAL),

@@ -1,4 +1,4 @@
-"""A payload type approved once is held by OID (README "Security", "Payload types cannot carry
+"""A payload type approved once is held by OID (docs/concepts/security-model.md, "Payload types cannot carry
 code"): a queue's type is a regtype in queue_settings and a regtype constant in its CHECK
 constraint, and every conversion finds the type's input function by OID (never by a name parsed
 again, never through a cast). So a hostile queue owner, `mallory`, cannot swap the type its

@@ -1,8 +1,7 @@
 """A queue's life: one queue per table name whatever the spelling (drop under any spelling removes
 everything, creates in two spellings give 42P07), catalog rows left without tables (by 2.8.0's
 drop) neither break the routines that loop over every queue nor block a new create, and creating
-a queue another role holds warns naming that role, superusers included (README "Queues and their
-owners")."""
+a queue another role holds warns naming that role, superusers included (docs/concepts/security-model.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Limits (README "Retry policy"; issue 30 items 1, 2, 3 and 7): no value a message, a header,
+"""Limits (docs/concepts/delivery-guarantees.md; issue 30 items 1, 2, 3 and 7): no value a message, a header,
 a row written around our functions or a setting may carry makes a later statement fail, and a
 read hands out a message whose lease ran out in the same call when no retry delay applies.
 

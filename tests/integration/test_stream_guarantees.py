@@ -1,5 +1,5 @@
 """Streams keep their promises under every isolation level, against drop_stream, for NULL names and
-against other roles (issue 30 item 8, issue 29 vector 7; README "Streams"):
+against other roles (issue 30 item 8, issue 29 vector 7; docs/concepts/queues-and-streams.md "Streams"):
 
 - a consumer whose transactions are REPEATABLE READ or SERIALIZABLE receives every committed event
   (2.8.0: never, its reads skipped the tick), once, also beside READ COMMITTED readers and while

@@ -21,7 +21,7 @@ from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 OLD = RELEASED[-1].version
 PREV = RELEASED[-2].version
 STEP = f"{OLD}--{VERSION}"
-# the steps from upstream PGMQ (README "Migrating from PGMQ")
+# the steps from upstream PGMQ (docs/guides/migrating-from-pgmq.md)
 UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
 
 

@@ -1,4 +1,4 @@
-"""Upstream PGMQ 1.13 becomes ours in place (README "Migrating from PGMQ"): its extension by
+"""Upstream PGMQ 1.13 becomes ours in place (docs/guides/migrating-from-pgmq.md): its extension by
 ALTER EXTENSION pgmq UPDATE, its SQL-only install by `pgmq-build migrate`. Upstream is
 installed from the SQL inside the PyPI `pgmq` package (never copied here) and filled with
 upstream's own functions; after the migration every message, archived row, msg_id position,

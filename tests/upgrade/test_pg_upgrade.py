@@ -1,4 +1,4 @@
-"""A database using pgmq goes through pg_upgrade (README "Upgrading"): its catalogs hold no
+"""A database using pgmq goes through pg_upgrade (docs/guides/upgrading.md): its catalogs hold no
 reg* column whose OIDs pg_upgrade does not preserve (2.8.0's callbacks.callback was a
 regprocedure, so `pg_upgrade --check` refused every database with the extension), and queues,
 messages and callbacks work on the new cluster as before."""

@@ -1,4 +1,4 @@
-"""Upgrades and migrations sweep queue tables (README "Security", "Anything attached to a queue
+"""Upgrades and migrations sweep queue tables (docs/concepts/security-model.md, "Anything attached to a queue
 table"): whatever is attached to a queue table and was not made by pgmq goes, found through
 pg_depend rather than a list of kinds, each with a WARNING naming it. In 2.0.0 and in upstream
 PGMQ the roles that made queues owned their tables; what they attached (extended statistics

@@ -2,7 +2,7 @@
 owner could write its settings row directly (issue 29, vectors 5 and 6): the origin of an
 existing dead letter is recorded only where a redrive into that source writes nothing a role
 able to send to the dead-letter queue could not have sent there itself, and a dead-letter queue
-an owner wrote around set_retry_policy's check gets nothing (README "Security")."""
+an owner wrote around set_retry_policy's check gets nothing (docs/concepts/security-model.md)."""
 
 from __future__ import annotations
 

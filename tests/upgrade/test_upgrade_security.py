@@ -1,5 +1,5 @@
 """Upgrading from 2.0.0 moves queue tables from the roles that made them to the extension's owner
-(README "Security"): the queue's owner keeps its queue (pgmq.queue_owners) and its access, its
+(docs/concepts/security-model.md): the queue's owner keeps its queue (pgmq.queue_owners) and its access, its
 grantees keep theirs, no message changes, and what a hostile owner had attached to its tables
 while it owned them (triggers, rules, policies, constraints, defaults, index expressions,
 domain-typed columns, an untrusted payload type) is removed with a WARNING, so that nothing of
