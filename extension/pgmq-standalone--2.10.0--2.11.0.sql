@@ -38,16 +38,270 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+-- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+-- replace: pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+-- replace: pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
 -- replace: pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 -- replace: pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+-- replace: pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+-- replace: pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+-- replace: pgmq._static_peek(jsonb, timestamp with time zone, text)
+-- replace: pgmq._static_claim_next(bigint[], integer, text)
+-- replace: pgmq._static_claim_next_ranked(bigint[], integer, text)
+-- replace: pgmq._static_delete(bigint[], text)
+-- replace: pgmq._static_delete_one(bigint, text)
+-- replace: pgmq._static_archive(bigint[], text)
+-- replace: pgmq._static_set_vt(bigint[], timestamp with time zone, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
 -- replace: pgmq._run_partition_maintenance(text)
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
+
+CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE s.queue_name = $5), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+     JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                AND d.deptype IN ('a', 'i')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, 'q')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((t.hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (t.hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((t.hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, 'q'))
+    USING $1, $2, $3;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY vt
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
@@ -61,6 +315,7 @@ AS $fn$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
@@ -170,6 +425,7 @@ AS $fn$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
@@ -267,6 +523,402 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, 'q'))
+    USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
@@ -279,6 +931,7 @@ AS $fn$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
@@ -387,6 +1040,7 @@ AS $fn$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     
     -- Not a queue of the tree: the statement is planned for this call.
     IF 0 < 100 THEN
@@ -483,16 +1137,530 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, 'pgmq.%1$I'::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = '0'::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                        WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                        WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                           WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                   THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, 'q'))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                        WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, 'ttl', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                   WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                           THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, 'q'))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = '{}'::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, 'q'))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                            WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                    THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'))
+    USING $1;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'), pgmq._format_table_name($2, 'a'))
+    USING $1;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
+
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off
 AS $fn$
 DECLARE
     v_names text[];
     v_sql   text;
+    v_seqs  text[];
+    v_sig   text;
 BEGIN
     IF queue_name IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
@@ -504,8 +1672,25 @@ BEGIN
     SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
     FROM (SELECT m.queue_name FROM pgmq.meta m
           ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- each queue's sequence, looked up once for every path (NULL: its table is gone)
+    v_seqs := ARRAY(SELECT (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+         FROM pg_catalog.pg_class t
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+         JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                    AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                    AND d.deptype IN ('a', 'i')
+         JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+         JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+         WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
+                    FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
+    v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc f
+               WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+                 AND f.proname = '_static_send' AND strpos(f.prosrc, v_sig) > 0) THEN
+        RETURN;
+    END IF;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -515,6 +1700,7 @@ DECLARE
     v_value bigint;
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -543,12 +1729,12 @@ RETURNING msg_id
 INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$4')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -559,6 +1745,7 @@ DECLARE
     v_value bigint;
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -618,21 +1805,13 @@ END, 0) FROM k
 RETURNING msg_id
 INTO v_value;
 RETURN v_value;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
- FROM pg_catalog.pg_class t
- JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
- JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
-                            AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-                            AND d.deptype IN ('a', 'i')
- JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
- JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
- WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name), n.name)
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name)
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -641,6 +1820,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -669,12 +1849,12 @@ FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$4')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -686,6 +1866,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -732,12 +1913,12 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -749,6 +1930,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -795,12 +1977,12 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -812,6 +1994,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -858,12 +2041,12 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -875,6 +2058,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1061,12 +2245,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$11')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1078,6 +2262,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1264,12 +2449,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$11')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1281,6 +2466,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1371,12 +2557,12 @@ FROM done d
 ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$8')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1388,6 +2574,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1478,12 +2665,12 @@ FROM done d
 ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$8')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1495,6 +2682,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1563,12 +2751,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1580,6 +2768,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1648,12 +2837,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1665,6 +2854,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1723,12 +2913,12 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1740,6 +2930,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1798,12 +2989,12 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1815,6 +3006,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1859,12 +3051,12 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -1876,6 +3068,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -1920,12 +3113,12 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -1937,6 +3130,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2121,12 +3315,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$11')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2138,6 +3332,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2322,12 +3517,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$11')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -2339,6 +3534,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2427,12 +3623,12 @@ FROM done d
 ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$8')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -2444,6 +3640,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2532,12 +3729,12 @@ FROM done d
 ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$8')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2549,6 +3746,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2615,12 +3813,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2632,6 +3830,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2698,12 +3897,12 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -2715,6 +3914,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2771,12 +3971,12 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -2788,6 +3988,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2844,12 +4045,12 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$6')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
@@ -2862,6 +4063,7 @@ DECLARE
     v_value boolean;
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2884,12 +4086,12 @@ $path$;',
 INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$3')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2901,6 +4103,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2937,12 +4140,12 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$3')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -2954,6 +4157,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -2990,12 +4194,12 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$3')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -3005,6 +4209,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -3019,12 +4224,12 @@ $path$;',
             ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$2')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
@@ -3034,6 +4239,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -3050,12 +4256,12 @@ $path$;',
             ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
 RETURN FOUND;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$2')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -3065,6 +4271,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -3091,12 +4298,12 @@ SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM mov
 RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$2')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -3106,6 +4313,7 @@ AS $path$
 DECLARE
     v_count bigint;
 BEGIN
+    /*@signature@*/
     /*@tree@*/
     -- Not a queue of the tree: the statement is planned for this call.
     IF /*@routed@*/ < 100 THEN
@@ -3128,9 +4336,9 @@ $path$;',
 SELECT * FROM moved ORDER BY msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o),
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$3')),
-        '/*@routed@*/', cardinality(v_names)::text);
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
 END;
 $fn$;
