@@ -1,0 +1,87 @@
+"""The consumer-side counters (pgmq_build/ops/counters.py) after real workloads: each counter's
+value is exact once the workload's backend has reported its statistics (pg_stat_force_next_flush:
+at its next transaction end)."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgmq_build.ops import counters
+from tests.helpers import send_n
+from tests.ops.support import q, samples
+
+
+def flushed(conn: psycopg.Connection) -> None:
+    """Have conn's backend report its table statistics now (at the end of this statement)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+def exported(ops) -> dict:
+    result = ops("metrics")
+    assert result.exit_code == 0, result.output
+    return samples(result.stdout)
+
+
+def values(got: dict, queue: str) -> tuple[float, float, float]:
+    return tuple(got[(f"pgmq_queue_{c}_messages_total", q(queue))]
+                 for c in ("deleted", "updated", "archived"))
+
+
+def test_each_consumer_operation_counts(ops, conn, queue):
+    assert values(exported(ops), "jobs") == (0, 0, 0)
+    ids = send_n(conn, queue, 20)
+    conn.execute("SELECT * FROM pgmq.read('jobs', 60, 4)")                       # 4 leases
+    conn.execute("SELECT pgmq.delete('jobs', %s::bigint[])", (ids[:3],))         # 3 deleted
+    conn.execute("SELECT pgmq.archive('jobs', %s::bigint[])", (ids[3:5],))       # 2 archived
+    conn.execute("SELECT * FROM pgmq.pop('jobs', 3)")                            # 3 deleted
+    conn.execute("SELECT pgmq.set_vt('jobs', %s, 30)", (ids[10],))               # 1 update
+    conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (ids[11],))             # 1 update
+    flushed(conn)
+    assert values(exported(ops), "jobs") == (3 + 2 + 3, 4 + 1 + 1, 2)
+
+    # a dead letter (no dead-letter queue: the archive): a settle, a delete, an archive insert
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 0)")
+    conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (ids[12],))
+    # a rolled-back pop counts too (the statistics count attempts)
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT * FROM pgmq.pop('jobs', 1)")
+    # purge_queue truncates: no row is counted
+    conn.execute("SELECT pgmq.purge_queue('jobs')")
+    flushed(conn)
+    assert values(exported(ops), "jobs") == (8 + 1 + 1, 6 + 1, 2 + 1)
+
+
+def test_dead_letters_leave_the_queue_and_enter_the_dead_letter_queue(ops, conn, queue):
+    conn.execute("SELECT pgmq.create('jobs_dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 0, dead_letter_queue => 'jobs_dlq')")
+    (msg_id,) = send_n(conn, queue, 1)
+    conn.execute("SELECT * FROM pgmq.read('jobs', 30, 1)")
+    conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (msg_id,))
+    flushed(conn)
+    got = exported(ops)
+    assert values(got, "jobs") == (1, 2, 0)      # read + settle, then moved out
+    assert values(got, "jobs_dlq") == (0, 0, 0)  # received, not consumed
+
+
+def test_partitioned_queue_sums_its_partitions(ops, conn, partman):
+    conn.execute("SELECT pgmq.create_partitioned('parts', '10', '100')")
+    ids = send_n(conn, "parts", 35)  # three partitions
+    conn.execute("SELECT * FROM pgmq.read('parts', 60, 25)")
+    conn.execute("SELECT pgmq.delete('parts', %s::bigint[])", (ids[:5] + ids[20:25],))
+    conn.execute("SELECT pgmq.archive('parts', %s::bigint[])", (ids[12:15],))
+    flushed(conn)
+    assert values(exported(ops), "parts") == (13, 25, 3)
+
+
+def test_one_query_for_every_queue_the_caller_may_read(conn, connect, make_role, queue):
+    conn.execute("SELECT pgmq.create('other')")
+    send_n(conn, "other", 2)
+    conn.execute("SELECT * FROM pgmq.pop('other', 2)")
+    flushed(conn)
+    role = make_role("reader")
+    conn.execute(f"CALL pgmq.grant_queue_access('other', '{role}')")
+    mine = connect(row_factory=dict_row)
+    assert [r["queue_name"] for r in counters.read(mine)] == ["jobs", "other"]
+    mine.execute(f"SET ROLE {role}")
+    assert counters.read(mine) == [{"queue_name": "other", "deleted": 2, "updated": 0, "archived": 0}]
