@@ -1,6 +1,8 @@
-"""Consumer-side counters per queue, read from what PostgreSQL's statistics system already counts
-for each queue table and archive (pg_stat_get_tuples_*: pg_stat_user_tables' n_tup_ins,
-n_tup_upd, n_tup_del), so that send, read, pop, delete and archive write nothing more for them.
+"""Consumer-side counters per queue. Those of the hot paths are read from what PostgreSQL's
+statistics system already counts for each queue table and archive (pg_stat_get_tuples_*:
+pg_stat_user_tables' n_tup_ins, n_tup_upd, n_tup_del), so that send, read, pop, delete and
+archive write nothing more for them; the failures (dead letters by reason, nacks) are counted
+by the extension on the failure paths, in pgmq.queue_counters (2.11.0 and later).
 
 What they count is what the statistics count: every row a statement deleted, updated or
 inserted, committed or rolled back (PostgreSQL counts attempted actions), summed over a
@@ -12,6 +14,7 @@ share when the partition is dropped. docs/guides/metrics-and-alerts.md says what
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -46,6 +49,15 @@ ORDER BY 1
 
 COLUMNS = ("deleted", "updated", "archived")
 
+# pgmq.queue_counters, summed over its shards; its row security leaves the queues the caller may
+# not read out. (queue, counter, reason, n) rows.
+FAILURES_QUERY = """
+SELECT c.queue_name::text AS queue_name, c.counter, c.reason, sum(c.n)::bigint AS n
+FROM pgmq.queue_counters c
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3
+"""
+
 # (name without _total, column, help)
 _SERIES = (
     ("pgmq_queue_deleted_messages", "deleted",
@@ -70,12 +82,33 @@ def read(conn: db.Conn) -> list[dict[str, Any]]:
     return db.rows(conn, COUNTERS_QUERY)
 
 
-def families(rows: list[dict[str, Any]]) -> list[Metric]:
-    """The counter families of a set of read() rows."""
-    out = []
+def read_failures(conn: db.Conn) -> list[dict[str, Any]]:
+    """pgmq.queue_counters' sums; none from an extension older than 2.11.0 (no such table)."""
+    if db.value(conn, "SELECT pg_catalog.to_regclass('pgmq.queue_counters')") is None:
+        return []
+    return db.rows(conn, FAILURES_QUERY)
+
+
+def families(rows: Iterable[dict[str, Any]], failures: Iterable[dict[str, Any]] = ()) -> list[Metric]:
+    """The counter families of a set of read() and read_failures() rows."""
+    rows, out = list(rows), []
     for name, column, text in _SERIES:
         family = CounterMetricFamily(name, text, labels=["queue"])
         for r in rows:
             family.add_metric([r["queue_name"]], r[column])
         out.append(family)
-    return out
+    dead = CounterMetricFamily(
+        "pgmq_queue_dead_lettered_messages", "Messages of the queue moved out as dead letters (to "
+        "its dead-letter queue, or its archive when it has none), by reason as in their "
+        "x-pgmq-dead-letter header: ttl (past their TTL), expired (deliveries used up), nack, "
+        "callback, rollback. Counted in the transaction that moves them (a rollback takes the "
+        "count back); queues with a dead letter only.", labels=["queue", "reason"])
+    nacked = CounterMetricFamily(
+        "pgmq_queue_nacked_messages", "Failed deliveries reported with nack() (each is retried "
+        "or dead-lettered); queues with a nack only.", labels=["queue"])
+    for r in failures:
+        if r["counter"] == "dead_lettered":
+            dead.add_metric([r["queue_name"], r["reason"]], r["n"])
+        elif r["counter"] == "nacked":
+            nacked.add_metric([r["queue_name"]], r["n"])
+    return [*out, dead, nacked]

@@ -85,3 +85,58 @@ def test_one_query_for_every_queue_the_caller_may_read(conn, connect, make_role,
     assert [r["queue_name"] for r in counters.read(mine)] == ["jobs", "other"]
     mine.execute(f"SET ROLE {role}")
     assert counters.read(mine) == [{"queue_name": "other", "deleted": 2, "updated": 0, "archived": 0}]
+
+
+def failures(got: dict, queue: str) -> dict:
+    """{reason: dead letters} and the nacks of queue, as exported."""
+    dead = {dict(labels)["reason"]: v for (name, labels), v in got.items()
+            if name == "pgmq_queue_dead_lettered_messages_total" and dict(labels)["queue"] == queue}
+    return {"dead": dead, "nacked": got.get(("pgmq_queue_nacked_messages_total", q(queue)), 0)}
+
+
+def test_failures_are_counted_by_reason_in_their_transaction(ops, conn, queue):
+    conn.execute("SELECT pgmq.create('jobs_dlq')")
+    ids = send_n(conn, queue, 6)
+    assert failures(exported(ops), "jobs") == {"dead": {}, "nacked": 0}
+    for i in ids[:2]:
+        conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (i,))  # retried (no policy)
+    conn.execute("SELECT pgmq.nack('JOBS', %s, 'boom')", (ids[2],))  # counted for jobs too
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 0, dead_letter_queue => 'jobs_dlq')")
+    conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (ids[0],))  # dead-lettered
+    assert not conn.execute("SELECT pgmq.nack('jobs', 999, 'boom')").fetchone()[0]  # no message
+    with conn.transaction(force_rollback=True):  # rolled back: counts nothing
+        conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (ids[1],))
+    conn.execute("UPDATE pgmq.q_jobs SET headers = '{\"x-pgmq-ttl\": 1}', "
+                 "enqueued_at = now() - interval '1 hour' WHERE msg_id = ANY(%s)", (ids[4:],))
+    assert conn.execute("SELECT pgmq.expire_messages('jobs')").fetchone()[0] == 2
+    got = failures(exported(ops), "jobs")
+    assert got == {"dead": {"nack": 1, "ttl": 2}, "nacked": 4}
+    assert failures(exported(ops), "jobs_dlq") == {"dead": {}, "nacked": 0}
+    assert conn.execute("SELECT count(*) FROM pgmq.q_jobs_dlq").fetchone()[0] == 3
+
+
+def test_failure_counters_follow_the_queue_privileges(conn, connect, make_role):
+    conn.execute("SELECT pgmq.create('mine'), pgmq.create('theirs')")
+    for name in ("mine", "theirs"):
+        (msg_id,) = send_n(conn, name, 1)
+        conn.execute("SELECT pgmq.nack(%s, %s)", (name, msg_id))
+    role = make_role("tenant")
+    conn.execute(f"CALL pgmq.grant_queue_access('mine', '{role}')")
+    tenant = connect(row_factory=dict_row)
+    tenant.execute(f"SET ROLE {role}")
+    assert [(r["queue_name"], r["n"]) for r in counters.read_failures(tenant)] == [("mine", 1)]
+    (msg_id,) = send_n(conn, "mine", 1)
+    tenant.execute("SELECT pgmq.nack('mine', %s)", (msg_id,))  # its own queue: counted
+    assert [(r["queue_name"], r["n"]) for r in counters.read_failures(tenant)] == [("mine", 2)]
+    for sql in ("INSERT INTO pgmq.queue_counters VALUES ('theirs', 'nacked', '', 99, 1000)",
+                "UPDATE pgmq.queue_counters SET n = 1000 WHERE queue_name = 'theirs'",
+                "DELETE FROM pgmq.queue_counters WHERE queue_name = 'theirs'"):
+        try:
+            tenant.execute(sql)
+        except psycopg.errors.InsufficientPrivilege:
+            pass  # refused by row security
+    assert conn.execute("SELECT sum(n) FROM pgmq.queue_counters WHERE queue_name = 'theirs'"
+                        ).fetchone()[0] == 1
+    conn.execute("SELECT pgmq.drop_queue('theirs')")  # its counters go with it
+    assert conn.execute("SELECT count(*) FROM pgmq.queue_counters WHERE queue_name = 'theirs'"
+                        ).fetchone()[0] == 0
