@@ -140,3 +140,17 @@ def test_failure_counters_follow_the_queue_privileges(conn, connect, make_role):
     conn.execute("SELECT pgmq.drop_queue('theirs')")  # its counters go with it
     assert conn.execute("SELECT count(*) FROM pgmq.queue_counters WHERE queue_name = 'theirs'"
                         ).fetchone()[0] == 0
+
+
+def test_an_extension_before_the_failure_counters_is_still_scraped(ops, conn):
+    """2.10.0 has no pgmq.queue_counters: the statistics' counters only, and pgmq_up 1."""
+    conn.execute("DROP EXTENSION pgmq CASCADE")
+    conn.execute("CREATE EXTENSION pgmq VERSION '2.10.0'")
+    conn.execute("SELECT pgmq.create('old')")
+    send_n(conn, "old", 3)
+    conn.execute("SELECT * FROM pgmq.pop('old', 2)")
+    flushed(conn)
+    got = exported(ops)
+    assert got[("pgmq_up", ())] == 1
+    assert values(got, "old") == (2, 0, 0)
+    assert not any(name.startswith(("pgmq_queue_dead_lettered", "pgmq_queue_nacked")) for name, _ in got)
