@@ -6848,9 +6848,9 @@ CREATE TABLE pgmq.queue_counters (
             REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
     counter    TEXT NOT NULL CHECK (counter IN ('dead_lettered', 'nacked')),
     reason     TEXT NOT NULL DEFAULT '',  -- a dead letter's reason (x-pgmq-dead-letter)
-    shard      SMALLINT NOT NULL,
+    slot       BIGINT NOT NULL,
     n          BIGINT NOT NULL CHECK (n >= 0),
-    PRIMARY KEY (queue_name, counter, reason, shard)
+    PRIMARY KEY (queue_name, counter, reason, slot)
 );
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_counters', '');
 
@@ -7305,14 +7305,24 @@ END, 0)
         GET DIAGNOSTICS v_count = ROW_COUNT;
     END IF;
     IF v_count > 0 THEN
-        INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, shard, n)
-        SELECT m.queue_name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, v_count
-        FROM pgmq.meta m
-        WHERE m.queue_name = coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name = _dead_letter.queue_name),
-                                      (SELECT l.queue_name FROM pgmq.meta l
-                                       WHERE pg_catalog.lower(l.queue_name) = pg_catalog.lower(_dead_letter.queue_name)
-                                       ORDER BY l.queue_name LIMIT 1))
-        ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE SET n = c.n OPERATOR(pg_catalog.+) EXCLUDED.n;
+        UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) v_count
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
+                                                            (SELECT l.queue_name FROM pgmq.meta l
+                                                             WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
+                                                             ORDER BY l.queue_name LIMIT 1))
+              AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
+            FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
+                                  (SELECT l.queue_name FROM pgmq.meta l
+                                   WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
+                                   ORDER BY l.queue_name LIMIT 1)) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
     END IF;
     RETURN v_count;
 END;
@@ -7485,14 +7495,24 @@ BEGIN
     -- A lease already counted this delivery in read_ct; a nack of a message nobody read
     -- still counts as one failed attempt.
     PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
-    INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, shard, n)
-    SELECT m.queue_name, 'nacked', '', pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1
-    FROM pgmq.meta m
-    WHERE m.queue_name = coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name = nack.queue_name),
-                                  (SELECT l.queue_name FROM pgmq.meta l
-                                   WHERE pg_catalog.lower(l.queue_name) = pg_catalog.lower(nack.queue_name)
-                                   ORDER BY l.queue_name LIMIT 1))
-    ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE SET n = c.n OPERATOR(pg_catalog.+) EXCLUDED.n;
+    UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) 1
+    WHERE c.ctid OPERATOR(pg_catalog.=) (
+        SELECT f.ctid FROM pgmq.queue_counters f
+        WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
+                                                        (SELECT l.queue_name FROM pgmq.meta l
+                                                         WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
+                                                         ORDER BY l.queue_name LIMIT 1))
+          AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
+        LIMIT 1 FOR UPDATE SKIP LOCKED);
+    IF NOT FOUND THEN
+        INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+        SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
+        FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
+                              (SELECT l.queue_name FROM pgmq.meta l
+                               WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
+                               ORDER BY l.queue_name LIMIT 1)) AS name) q
+        WHERE q.name IS NOT NULL;
+    END IF;
     RETURN true;
 END;
 $fn$;

@@ -154,3 +154,20 @@ def test_an_extension_before_the_failure_counters_is_still_scraped(ops, conn):
     assert got[("pgmq_up", ())] == 1
     assert values(got, "old") == (2, 0, 0)
     assert not any(name.startswith(("pgmq_queue_dead_lettered", "pgmq_queue_nacked")) for name, _ in got)
+
+
+def test_concurrent_failures_never_wait_for_each_other(conn, connect, queue):
+    """A consumer that failed a message holds its count's row until it commits (a long
+    transaction, say); another one failing a message meanwhile counts on another row at once."""
+    ids = send_n(conn, queue, 3)
+    conn.execute("SELECT pgmq.nack('jobs', %s)", (ids[0],))
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    second.execute("SET lock_timeout = '2s'")
+    first.execute("SELECT pgmq.nack('jobs', %s)", (ids[1],))   # holds the counter's row
+    second.execute("SELECT pgmq.nack('jobs', %s)", (ids[2],))  # would time out if it waited
+    second.commit()
+    first.commit()
+    assert conn.execute("SELECT sum(n), count(*) FROM pgmq.queue_counters WHERE counter = 'nacked'"
+                        ).fetchone() == (3, 2)
+    conn.execute("SELECT pgmq.nack('jobs', %s)", (ids[0],))  # nobody holds them: no new row
+    assert conn.execute("SELECT sum(n), count(*) FROM pgmq.queue_counters").fetchone() == (4, 2)
