@@ -25,6 +25,7 @@ class Segment:
     client_cpu: float  # cores the client side kept busy (thread mode: bounded by the GIL at ~1)
     server_cpu_us: float | None = None  # the clients' backends, utime + stime (None: unknown)
     wal_bytes: int | None = None
+    scrape: dict | None = None  # --scrape: the exporter's counters over the segment (scrape.py)
 
 
 @dataclass

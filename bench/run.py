@@ -3,6 +3,7 @@
     python3 -m bench [--seconds 3] [--clients 1,4] [--only send,pop] [--json out.json]
                                 [--dsn DSN] [--rounds 2] [--mode thread|process]
                                 [--prefill 200000] [--no-upstream] [--spark-rows 200000]
+                                [--scrape]
     python3 -m bench steady [options]    (or --steady: steady.py, `make bench-steady`)
     python3 -m bench metrics [options]   (metrics_cost.py, `make bench-metrics`)
     python3 -m bench contention [options] (contention.py, `make bench-contention`)
@@ -34,6 +35,9 @@ own thread (default) or process. Per segment it records:
   finish (a secondary column).
 
 Nothing is asserted: it reports.
+
+--scrape also reads the exporter's counters of the bench queue before and after each segment of
+ours in the send, read and pop cells and prints them next to the bench's own counts (scrape.py).
 
 A workload marked optional (a pgmq feature a system may lack or break: FIFO, topics, the worker)
 that fails on a system with an error from the server (one with a SQLSTATE) is reported as "n/a"
@@ -70,7 +74,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import conninfo
@@ -79,6 +83,7 @@ from pgmq_build.cluster import TempCluster
 from pgmq_build.install import InstallError, ensure_pgmq, install_files, sharedir
 
 from .report import OURS, RAW, SYSTEMS, UPSTREAM, Cell, Segment, format_stored, format_table
+from .scrape import COUNTED, Scraper, compare, format_lines
 from .server import Meter, Usage
 from .workloads import BY_NAME, PGMQ, WORKLOADS, Workload
 from .workloads import RAW as RAW_API
@@ -124,6 +129,7 @@ class ClientResult:
     t_start: float  # time.monotonic(): CLOCK_MONOTONIC, comparable across processes on Linux
     t_end: float
     cpu: float = 0.0  # client CPU seconds (process mode: this client's process)
+    warm_msgs: int = 0  # messages the untimed warm-up ops handled
 
 
 def drive(workload: Workload, side: str, cur: psycopg.Cursor, seconds: float,
@@ -132,8 +138,7 @@ def drive(workload: Workload, side: str, cur: psycopg.Cursor, seconds: float,
     statements), wait for the other clients, then run the op back to back for `seconds` (the
     last op finishes past the deadline)."""
     op = workload.op(side)
-    for _ in range(WARM_OPS):
-        op(cur)
+    warm = sum(op(cur) for _ in range(WARM_OPS))
     wait_start()
     msgs = ops = dry = 0
     t_start = time.monotonic()
@@ -148,7 +153,7 @@ def drive(workload: Workload, side: str, cur: psycopg.Cursor, seconds: float,
                 break
         if time.monotonic() >= deadline:
             break
-    return ClientResult(msgs, ops, dry, t_start, time.monotonic())
+    return ClientResult(msgs, ops, dry, t_start, time.monotonic(), warm_msgs=warm)
 
 
 def _connect(dsn: str) -> psycopg.Connection:
@@ -161,6 +166,7 @@ def _connect(dsn: str) -> psycopg.Connection:
 class Run:
     clients: list[ClientResult]
     usage: Usage | None  # what the segment cost the server (None: not metered)
+    pids: list[int] = field(default_factory=list)  # the clients' backends (closed by now)
 
 
 # --- many clients: threads or processes ----------------------------------------------------------
@@ -214,7 +220,7 @@ class ThreadClients:
             raise errors[0]
         done = [r for r in results if r is not None]
         done[0].cpu = cpu
-        return Run(done, usage)
+        return Run(done, usage, pids)
 
     def close(self) -> None:
         pass
@@ -301,7 +307,7 @@ class ProcessClients:
                     p.send("close")
         if failed:
             raise failed[0]
-        return Run(results, usage)
+        return Run(results, usage, pids)
 
     def close(self) -> None:
         for pipe, proc in zip(self.pipes, self.procs, strict=True):
@@ -338,7 +344,8 @@ def short_error(exc: BaseException) -> str:
 
 class Bench:
     def __init__(self, systems: dict[str, System], admins: dict[str, psycopg.Connection],
-                 meter: Meter, clients_impl, seconds: float, rounds: int, prefill: int):
+                 meter: Meter, clients_impl, seconds: float, rounds: int, prefill: int,
+                 scraper: Scraper | None = None):
         self.systems = systems  # in SYSTEMS order: the order of a round
         self.admins = admins  # an autocommit connection to each system's database
         self.meter = meter
@@ -347,6 +354,8 @@ class Bench:
         self.rounds = rounds
         self.prefill = prefill
         self.can_checkpoint = True
+        self.scraper = scraper  # --scrape: the exporter's counters around ours' segments
+        self.scraped: list[tuple[str, dict]] = []  # (label, scrape.compare record)
 
     def systems_for(self, workload: Workload) -> list[str]:
         return [s for s in self.systems
@@ -425,10 +434,13 @@ class Bench:
                  label: str) -> None:
         seg_seconds = self.seconds / self.rounds
         prefill = cell.prefill
+        scraper = (self.scraper if system.name == OURS and workload.name in COUNTED
+                   and workload.runner is None else None)
         for attempt in range(3):
             log(f"{label}: round {rnd + 1}/{self.rounds} {system.name}"
                 + (f" (prefill {prefill:,})" if prefill else ""))
             self.prepare(workload, system, prefill)
+            before = scraper.counters() if scraper else {}
             if workload.stored and prefill:
                 cell.stored[system.name] = workload.stored(self.admins[system.name], system.api) / prefill
             run = self.runner(workload)(workload, system.api, system.dsn, clients, seg_seconds,
@@ -438,12 +450,18 @@ class Bench:
                 break
             prefill = cell.prefill = min(PREFILL_MAX, prefill * 3)  # and from now on
             log(f"{label}:   ran dry after {t.msgs:,} messages; again with more")
+        if scraper:
+            scraper.wait_gone(run.pids)
+            record = compare(workload.name, before, scraper.counters(), t.msgs,
+                             sum(r.warm_msgs for r in run.clients))
+            self.scraped.append((f"{workload.name} x{clients} round {rnd + 1}", record))
+            log(f"{label}:   scraped: {format_lines(self.scraped[-1:])[1].strip()}")
         usage = run.usage
         cell.segments.append(Segment(
             system.name, rnd + 1, prefill, t.msgs, t.ops, t.dry_ops, round(t.elapsed, 4),
             round(t.msgs / t.elapsed, 1) if t.elapsed else 0.0, round(t.client_cpu, 3),
             None if usage is None or usage.cpu_us is None else round(usage.cpu_us, 1),
-            None if usage is None else usage.wal_bytes))
+            None if usage is None else usage.wal_bytes, record if scraper else None))
 
 
 # --- set-up and report ---------------------------------------------------------------------------
@@ -545,6 +563,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("thread", "process"), default="thread",
                    help="how clients run: threads (default) or processes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--scrape", action="store_true",
+                   help="read the exporter's counters of the bench queue around each segment of "
+                   "ours in the send, read and pop cells and print them next to the bench's counts")
     p.add_argument("--spark-rows", type=int, default=200_000,
                    help="rows for the Spark publish/consume cells (0 skips them; default 200000)")
     args = p.parse_args(argv)
@@ -606,7 +627,11 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         settings = {k: admin.execute(f"SHOW {k}").fetchone()[0]
                     for k in ("server_version", "synchronous_commit", "fsync", "full_page_writes")}
         ext = admin.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgmq'").fetchone()
-        bench = Bench(systems, admins, meter, clients_impl, args.seconds, args.rounds, args.prefill)
+        scraper = Scraper(bench_dsn) if args.scrape else None
+        if scraper:
+            conns.append(scraper)
+        bench = Bench(systems, admins, meter, clients_impl, args.seconds, args.rounds, args.prefill,
+                      scraper)
         total = sum(len(w.clients or args.clients) for w in args.workloads)
         for w in args.workloads:
             unavailable: dict[str, str] = {}
@@ -671,6 +696,8 @@ def run(args: argparse.Namespace, dsn: str, server: str) -> int:
         print(f"{name}: one {unit[:-1]} per message: its msgs/s are {unit}/s and its CPU and WAL "
               f"are per {unit[:-1]}.")
     for line in format_stored(cells, shown):
+        print(line)
+    for line in format_lines(bench.scraped):
         print(line)
     failures = {(c.workload, s): why for c in cells for s, why in c.unavailable.items()}
     for (name, s), why in failures.items():

@@ -6925,6 +6925,16 @@ CREATE TABLE pgmq.dead_letter_origins (
     PRIMARY KEY (queue_name, msg_id)
 );
 CREATE INDEX dead_letter_origins_source_idx ON pgmq.dead_letter_origins (source_queue);
+CREATE TABLE pgmq.queue_counters (
+    queue_name VARCHAR NOT NULL
+        CONSTRAINT queue_counters_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    counter    TEXT NOT NULL CHECK (counter IN ('dead_lettered', 'nacked')),
+    reason     TEXT NOT NULL DEFAULT '',  -- a dead letter's reason (x-pgmq-dead-letter)
+    slot       BIGINT NOT NULL,
+    n          BIGINT NOT NULL CHECK (n >= 0),
+    PRIMARY KEY (queue_name, counter, reason, slot)
+);
 
 -- features/delivery/functions/policy.sql.j2
 -- set_retry_policy: how often a message may be delivered, how long to wait between attempts,
@@ -7284,8 +7294,8 @@ GRANT EXECUTE ON FUNCTION pgmq._dead_letter_written_here(queue_name text, msg_id
 -- _dead_letter: moves messages to the queue's dead-letter queue, or to its archive when it has
 -- none, adding the x-pgmq-dead-letter header record; a move into a dead-letter queue also
 -- records where each message came from (dead_letter_origins, in the same transaction: redrive
--- trusts nothing else). One statement moves: a message is always in exactly one table. Returns
--- how many moved.
+-- trusts nothing else). One statement moves: a message is always in exactly one table. The
+-- moved ones are counted by reason (queue_counters). Returns how many moved.
 CREATE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -7375,6 +7385,26 @@ END, 0)
             pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
         USING msg_ids, queue_name, reason, error;
         GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+    IF v_count > 0 THEN
+        UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) v_count
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
+                                                            (SELECT l.queue_name FROM pgmq.meta l
+                                                             WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
+                                                             ORDER BY l.queue_name LIMIT 1))
+              AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
+            FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
+                                  (SELECT l.queue_name FROM pgmq.meta l
+                                   WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
+                                   ORDER BY l.queue_name LIMIT 1)) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
     END IF;
     RETURN v_count;
 END;
@@ -7527,7 +7557,7 @@ $fn$;
 
 -- nack: the consumer failed this delivery. The message comes back after the policy's delay
 -- (without a policy: 1 s, doubling per attempt up to 5 minutes), or is dead-lettered when its
--- deliveries are used up.
+-- deliveries are used up. Counted (queue_counters) when the message exists.
 CREATE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -7547,6 +7577,24 @@ BEGIN
     -- A lease already counted this delivery in read_ct; a nack of a message nobody read
     -- still counts as one failed attempt.
     PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
+    UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) 1
+    WHERE c.ctid OPERATOR(pg_catalog.=) (
+        SELECT f.ctid FROM pgmq.queue_counters f
+        WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
+                                                        (SELECT l.queue_name FROM pgmq.meta l
+                                                         WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
+                                                         ORDER BY l.queue_name LIMIT 1))
+          AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
+        LIMIT 1 FOR UPDATE SKIP LOCKED);
+    IF NOT FOUND THEN
+        INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+        SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
+        FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
+                              (SELECT l.queue_name FROM pgmq.meta l
+                               WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
+                               ORDER BY l.queue_name LIMIT 1)) AS name) q
+        WHERE q.name IS NOT NULL;
+    END IF;
     RETURN true;
 END;
 $fn$;
@@ -15945,6 +15993,17 @@ CREATE POLICY callback_counts_insert ON pgmq.callback_counts FOR INSERT
 CREATE POLICY callback_counts_update ON pgmq.callback_counts FOR UPDATE
 USING (pgmq._queue_privilege(queue_name, 'DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'DELETE'));
 CREATE POLICY callback_counts_delete ON pgmq.callback_counts FOR DELETE
+USING (pgmq._owns_queue(queue_name));
+
+-- queue_counters: a queue's failures are counted by whoever may fail its messages (nack: UPDATE; dead-lettering: DELETE) and read by whoever may read it; its owner may reset them
+ALTER TABLE pgmq.queue_counters ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_counters TO PUBLIC;
+CREATE POLICY queue_counters_read ON pgmq.queue_counters FOR SELECT USING (pgmq._queue_privilege(queue_name, 'SELECT'));
+CREATE POLICY queue_counters_insert ON pgmq.queue_counters FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_counters_update ON pgmq.queue_counters FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_counters_delete ON pgmq.queue_counters FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
 -- stream_subscriptions: a stream's readers subscribe, read and acknowledge (features/streams)

@@ -336,7 +336,7 @@ DELIVERY = Feature(
     templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
                "functions/expire.sql.j2", "functions/claims.sql.j2", "functions/batch_ack.sql.j2"),
-    config_tables=("queue_settings", "dedup_keys", "dead_letter_origins"),
+    config_tables=("queue_settings", "dedup_keys", "dead_letter_origins", "queue_counters"),
 )
 
 PAYLOADS = Feature(

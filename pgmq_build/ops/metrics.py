@@ -1,5 +1,5 @@
-"""The Prometheus exporter: pgmq.queue_metrics(), pgmq.stream_info() and pgmq.list_streams() as a
-custom Collector (every scrape queries the database; a failed query gives pgmq_up 0, not an
+"""The Prometheus exporter: pgmq.queue_metrics(), the consumer-side counters (ops/counters.py),
+pgmq.stream_info() and pgmq.list_streams() as a custom Collector (every scrape queries the database; a failed query gives pgmq_up 0, not an
 error), the worker's own counters, and the `pgmq-build metrics` command (serve /metrics, or
 print once as text or JSON).
 
@@ -29,7 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 from ..hosts import allowed_hosts, host_allowed
 from ..manifest import VERSION
 from ..printable import printable
-from . import db
+from . import counters, db
 from .exits import Exit, OpsError
 from .options import dsn_option, handled, json_option
 from .render import Output
@@ -109,11 +109,14 @@ class Scrape:
     subscriptions: list[dict[str, Any]] = field(default_factory=list)
     streams: list[dict[str, Any]] = field(default_factory=list)
     extension_version: str | None = None
+    counters: list[dict[str, Any]] = field(default_factory=list)  # counters.read()
+    failures: list[dict[str, Any]] = field(default_factory=list)  # counters.read_failures()
 
 
 def read_scrape(conn: db.Conn) -> Scrape:
     return Scrape(db.queue_metrics(conn), db.stream_info(conn), db.streams(conn),
-                  db.value(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'"))
+                  db.value(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'"),
+                  counters.read(conn), counters.read_failures(conn))
 
 
 def build_info(extension_version: str | None) -> Metric:
@@ -219,6 +222,7 @@ class QueueCollector:
             got, up = [], 0
         scrape = got if isinstance(got, Scrape) else Scrape(got)
         yield from queue_families(scrape.queues)
+        yield from counters.families(scrape.counters, scrape.failures)
         yield from stream_families(scrape)
         yield build_info(scrape.extension_version)
         yield GaugeMetricFamily("pgmq_up", "1 when pgmq.queue_metrics() and pgmq.stream_info() "
@@ -371,6 +375,7 @@ def metrics_command(dsn: str, bind: str | None, as_json: bool) -> None:
     if as_json:
         out.json({"queues": [{k: r[k] for k in db.QUEUE_METRICS_COLUMNS if k in r}
                              for r in scrape.queues],
+                  "counters": scrape.counters, "failures": scrape.failures,
                   "subscriptions": scrape.subscriptions, "streams": scrape.streams,
                   "build": {"version": VERSION, "extension_version": scrape.extension_version}})
         return

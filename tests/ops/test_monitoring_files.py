@@ -1,8 +1,8 @@
 """The files operators load into the tools they run (docs/grafana/pgmq.json,
 docs/prometheus/alerts.yml) refer only to series the exporter emits: the names are collected from
-a live scrape of a database with a queue, its dead-letter queue, a callback and a stream
-subscription. The rules pass `promtool check rules` and their unit tests (alerts_test.yml) when
-promtool is installed (tools/ensure-deps.sh takes it out of Debian's prometheus package), else a
+a live scrape of a database with a queue, its dead-letter queue (and a message nacked into it),
+a callback and a stream subscription. The rules pass `promtool check rules` and their unit tests
+(alerts_test.yml) when promtool is installed (tools/ensure-deps.sh takes it out of Debian's prometheus package), else a
 check of their shape."""
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def emitted(conn, dsn) -> dict[str, set[str]]:
     """{sample name: its label names} of one scrape of a database with every kind of thing."""
     conn.execute("SELECT pgmq.create('jobs'), pgmq.create('jobs_dlq')")
     conn.execute("SELECT pgmq.set_retry_policy('jobs', 0, dead_letter_queue => 'jobs_dlq')")
+    conn.execute("SELECT pgmq.nack('jobs', pgmq.send('jobs', '{}'))")  # a nack and a dead letter
     conn.execute("CREATE PROCEDURE public.handle(msg jsonb) LANGUAGE plpgsql AS $$ BEGIN END $$")
     conn.execute("CALL pgmq.register_callback('jobs', 'public.handle(jsonb)')")
     conn.execute("SELECT pgmq.create_stream('ev'), pgmq.subscribe('ev', 'a', 'earliest')")

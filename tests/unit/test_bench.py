@@ -300,3 +300,19 @@ def test_the_fanout_ops_take_the_subscriptions_in_turn():
         assert [op(cur) for _ in range(12)] == [0] * 12
         assert [sub_of(p) for p in cur.calls] == [f"fan{i % 10}" for i in range(12)]
     assert streams._subscriptions(1) == [streams.SUB]
+
+
+def test_scrape_compares_the_counters_a_workload_moves():
+    """--scrape's verdict: the counters the workload moves must rise by the bench's count
+    (timed + warm-up); a short one is reported as differing."""
+    from bench.scrape import compare, format_lines
+
+    before = {"sent": 5, "deleted": 0, "updated": 0, "archived": 0}
+    good = compare("read_delete", before, {"sent": 5, "deleted": 110, "updated": 110}, 100, 10)
+    assert good["agree"] is True and good["counters"] == {"sent": 0, "deleted": 110, "updated": 110,
+                                                          "archived": 0}
+    short = compare("read_delete", before, {"sent": 5, "deleted": 110, "updated": 109}, 100, 10)
+    assert short["agree"] is False
+    lines = format_lines([("read_delete x1 round 1", good), ("read_delete x1 round 2", short)])
+    assert lines[1].endswith("updated/deleted: agree") and lines[2].endswith("updated/deleted: DIFFER")
+    assert format_lines([]) == []

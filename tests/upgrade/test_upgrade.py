@@ -24,6 +24,16 @@ NEW = MANIFEST.version
 
 
 
+# Rows that count what happened, not what is configured: the fresh install counts the scenario's
+# failures (a nack), the old version the upgraded database ran them on did not (and the shard is
+# the counting backend's pid modulo 16). Compared as a table, without its rows.
+COUNTS = "pgmq.queue_counters"
+
+
+def without_counts(snap: dict) -> dict:
+    return {**snap, "config_rows": {k: v for k, v in snap.get("config_rows", {}).items() if k != COUNTS}}
+
+
 def assert_same(a, b, names=("upgraded", "fresh")):
     diff = differences(a, b, names)
     assert not diff, "catalogs differ:\n" + "\n".join(diff)
@@ -73,7 +83,8 @@ def test_alter_extension_update_equals_a_fresh_install(dbs, role, partman_availa
         populate(c, role, partman_available)
         fresh = snapshot(c, rows=True)
     assert upgraded["routines"] and upgraded["relations"]["q_plain"] and upgraded["extension_members"]
-    assert_same(upgraded, fresh)
+    assert COUNTS in fresh["config_rows"] and COUNTS in upgraded["config_rows"]
+    assert_same(without_counts(upgraded), without_counts(fresh))
 
 
 def test_dedup_keys_move_under_their_queues_lowercased_name(dbs):
@@ -134,7 +145,8 @@ def test_standalone_upgrade_equals_a_fresh_standalone_install(dbs, role, partman
     with connected(b) as c:
         populate(c, role, partman_available)
         fresh = snapshot(c, rows=True)
-    assert_same(upgraded, fresh)
+    assert COUNTS in fresh["config_rows"] and COUNTS in upgraded["config_rows"]
+    assert_same(without_counts(upgraded), without_counts(fresh))
 
 
 def test_install_cli_reports_a_standalone_upgrade(dbs):
