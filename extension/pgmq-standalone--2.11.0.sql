@@ -7191,7 +7191,11 @@ END, 0)
         GET DIAGNOSTICS v_count = ROW_COUNT;
     END IF;
     IF v_count > 0 THEN
-        UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) v_count
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_count)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_count END
         WHERE c.ctid OPERATOR(pg_catalog.=) (
             SELECT f.ctid FROM pgmq.queue_counters f
             WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
@@ -7381,7 +7385,11 @@ BEGIN
     -- A lease already counted this delivery in read_ct; a nack of a message nobody read
     -- still counts as one failed attempt.
     PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
-    UPDATE pgmq.queue_counters AS c SET n = c.n OPERATOR(pg_catalog.+) 1
+    -- saturating: a consumer may write a row itself (row security lets it count), and a count
+    -- that overflowed would stop every later dead-lettering of the queue
+    UPDATE pgmq.queue_counters AS c
+    SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) 1)
+                 THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) 1 END
     WHERE c.ctid OPERATOR(pg_catalog.=) (
         SELECT f.ctid FROM pgmq.queue_counters f
         WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),

@@ -171,3 +171,24 @@ def test_concurrent_failures_never_wait_for_each_other(conn, connect, queue):
                         ).fetchone() == (3, 2)
     conn.execute("SELECT pgmq.nack('jobs', %s)", (ids[0],))  # nobody holds them: no new row
     assert conn.execute("SELECT sum(n), count(*) FROM pgmq.queue_counters").fetchone() == (4, 2)
+
+
+def test_a_planted_count_near_the_maximum_never_stops_dead_lettering(conn, connect, make_role):
+    """A consumer may write its queue's counter rows (row security lets it count its failures):
+    a row at the bigint maximum must not make the next count overflow, which would fail every
+    later dead-lettering of the queue (and every read that dead-letters)."""
+    conn.execute("SELECT pgmq.create('jobs'), pgmq.create('jobs_dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('jobs', 0, dead_letter_queue => 'jobs_dlq')")
+    role = make_role("consumer")
+    conn.execute(f"CALL pgmq.grant_queue_access('jobs', '{role}')")
+    tenant = connect()
+    tenant.execute(f"SET ROLE {role}")
+    tenant.execute("INSERT INTO pgmq.queue_counters VALUES ('jobs', 'dead_lettered', 'nack', 1, 9223372036854775806)")
+    tenant.execute("INSERT INTO pgmq.queue_counters VALUES ('jobs', 'nacked', '', 1, 9223372036854775807)")
+    tenant.commit()
+    ids = send_n(conn, "jobs", 3)
+    for msg_id in ids:
+        assert conn.execute("SELECT pgmq.nack('jobs', %s, 'boom')", (msg_id,)).fetchone()[0] is True
+    assert conn.execute("SELECT count(*) FROM pgmq.q_jobs_dlq").fetchone()[0] == 3
+    assert conn.execute("SELECT n FROM pgmq.queue_counters WHERE queue_name = 'jobs' ORDER BY counter"
+                        ).fetchall() == [(9223372036854775807,), (9223372036854775807,)]
