@@ -15326,12 +15326,13 @@ CREATE POLICY metrics_history_read ON pgmq.metrics_history FOR SELECT
     USING (queue_name IN (SELECT m.queue_name FROM pgmq.meta m WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')));
 
 -- sample_metrics: one row per queue from queue_metrics(), then the samples beyond the bounds
--- deleted (by id: the oldest first). As the table's owner, so that only this code writes it; not
+-- deleted (by id: the oldest first); it returns the queue_metrics() rows it recorded, so that a
+-- dashboard shows what it sampled without measuring every queue again. As the table's owner, so that only this code writes it; not
 -- granted to PUBLIC (pg_monitor may call it: it reads every queue already), so that no tenant can
 -- fill the table or push another queue's history out. It samples every queue whoever calls it;
 -- each reader sees only what it may read (metrics_history's row security).
 CREATE FUNCTION pgmq.sample_metrics(max_age interval DEFAULT '24:00:00'::interval, max_rows integer DEFAULT 17280)
-RETURNS integer
+RETURNS SETOF pgmq.queue_metrics_record
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -15339,7 +15340,6 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_sample bigint;
-    v_rows   integer;
     v_young  bigint;
 BEGIN
     IF max_age IS NULL OR max_age < interval '00:01:00' OR max_age > interval '366 days' THEN
@@ -15353,12 +15353,15 @@ BEGIN
     v_sample := nextval('pgmq.metrics_history_sample_seq');
     -- queue_metrics() locks each queue's table until the transaction ends: a queue dropped since
     -- it was listed has no row, and a drop waits for this insert (then its rows go with it)
-    INSERT INTO pgmq.metrics_history (sample_id, sampled_at, queue_name, depth, visible, in_flight, delayed,
-                                              oldest_msg_age_sec, total_sent, dead_letter_depth)
-    SELECT v_sample, r.measured_at, r.queue_name, r.depth, r.visible, r.in_flight, r.delayed,
-           r.oldest_msg_age_sec, r.total_sent, r.dead_letter_depth
-    FROM pgmq.queue_metrics() r;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN QUERY
+    WITH r AS (SELECT * FROM pgmq.queue_metrics()),
+         recorded AS (
+             INSERT INTO pgmq.metrics_history (sample_id, sampled_at, queue_name, depth, visible, in_flight,
+                                                       delayed, oldest_msg_age_sec, total_sent, dead_letter_depth)
+             SELECT v_sample, r.measured_at, r.queue_name, r.depth, r.visible, r.in_flight, r.delayed,
+                    r.oldest_msg_age_sec, r.total_sent, r.dead_letter_depth
+             FROM r)
+    SELECT * FROM r;
     -- the oldest sample young enough to keep: the id index walked from its low end, so the
     -- cost is the rows about to go
     SELECT h.sample_id INTO v_young
@@ -15368,10 +15371,9 @@ BEGIN
     LIMIT 1;
     DELETE FROM pgmq.metrics_history h
     WHERE h.sample_id < greatest(v_sample - max_rows + 1, coalesce(v_young, v_sample + 1));
-    RETURN v_rows;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.sample_metrics(max_age interval, max_rows integer) IS 'Record one sample of queue_metrics() for every queue in pgmq.metrics_history and delete the samples older than max_age or beyond the last max_rows calls; the number of rows recorded. Granted to pg_monitor, not to PUBLIC.';
+COMMENT ON FUNCTION pgmq.sample_metrics(max_age interval, max_rows integer) IS 'Record one sample of queue_metrics() for every queue in pgmq.metrics_history and delete the samples older than max_age or beyond the last max_rows calls; the rows recorded. Granted to pg_monitor, not to PUBLIC.';
 REVOKE ALL ON FUNCTION pgmq.sample_metrics(max_age interval, max_rows integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmq.sample_metrics(interval, integer) TO pg_monitor;
 

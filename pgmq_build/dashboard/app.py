@@ -52,6 +52,10 @@ NOTICES = {
 RANGES = {"5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "all": None}
 DEFAULT_RANGE = "1h"
 RECENT = 3600.0  # seconds of history behind the queue list's sparklines
+RATE_WINDOW = 60.0  # seconds of samples behind the queue list's rates
+QUEUES_PAGE = 100  # queues a page of the list (a 10,000-queue database renders in well under 1 s)
+LIVE_QUEUES = 500  # the queue list measures up to this many queues per request, more from the last sample
+RATE_SORTS = ("sent", "consumed")  # sorting by these needs every row's rates, not the page's
 GAP_SAMPLES = 3  # samples further apart than this many intervals: the charts draw a gap
 OUTAGE_RETRY = 5  # seconds: the 503 page (database unavailable) reloads itself this often
 # The queue list's sort keys (?sort=...): a row -> a comparable value (None last).
@@ -322,27 +326,42 @@ class Dashboard:
     # -- pages -------------------------------------------------------------------------------
 
     def _queue_rows(self, req: Request) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The queue list's rows, filtered (?q=, a part of the name, any case) and sorted
-        (?sort= a SORTS key, ?order=asc|desc), each with its depth history and rates; and the
-        view's settings."""
+        """The queue list's rows, filtered (?q=, a part of the name, any case), sorted (?sort= a
+        SORTS key, ?order=asc|desc) and paged (?page=, QUEUES_PAGE rows a page), each row of the
+        page with its depth history and rates; and the view's settings."""
         sort = req.query.get("sort", "name")
         if sort not in SORTS:
             raise HTTPError(400, f"sort must be one of {', '.join(SORTS)}")
         order = req.query.get("order", "asc")
         if order not in ("asc", "desc"):
             raise HTTPError(400, "order must be asc or desc")
+        page = req.int_param("page", 1, 1, 2**31 - 1)
         needle = req.query.get("q", "")
+        # Measured now while there are few queues; beyond LIVE_QUEUES, as the last sample
+        # measured them (queue_metrics() of 10,000 queues takes many seconds).
+        sampled_at, rows = None, self.sampler.latest()
         with self._db() as conn:
-            rows = conn.execute(queries.METRICS_ALL).fetchall()
+            if rows is None or len(rows) <= LIVE_QUEUES:
+                rows = conn.execute(queries.METRICS_ALL).fetchall()
+            else:
+                sampled_at = max((r["measured_at"] for r in rows), default=None)
             standby = self._standby(conn)
         total = len(rows)
         rows = [r for r in rows if needle.casefold() in r["queue_name"].casefold()]
+        if sort in RATE_SORTS:  # the rates of every row, from its last minute of samples
+            recent = self.sampler.histories([r["queue_name"] for r in rows], RATE_WINDOW)
+            for r in rows:
+                r["rates"] = window_rates(recent.get(r["queue_name"], []))
+        matching = len(rows)
+        pages = max(1, -(-matching // QUEUES_PAGE))
+        page = min(page, pages)
+        rows = sorted_rows(rows, sort, order == "desc")[(page - 1) * QUEUES_PAGE:page * QUEUES_PAGE]
         histories = self.sampler.histories([r["queue_name"] for r in rows], RECENT)
         for r in rows:
             r["history"] = histories.get(r["queue_name"], [])
-            r["rates"] = window_rates(r["history"])
-        rows = sorted_rows(rows, sort, order == "desc")
-        return rows, {"sort": sort, "order": order, "q": needle, "total": total, "standby": standby}
+            r["rates"] = window_rates(r["history"], RATE_WINDOW)
+        return rows, {"sort": sort, "order": order, "q": needle, "total": total, "matching": matching,
+                      "page": page, "pages": pages, "sampled_at": sampled_at, "standby": standby}
 
     def queue_list(self, req: Request) -> Response:
         rows, view = self._queue_rows(req)
@@ -351,6 +370,7 @@ class Dashboard:
         for r in rows:
             r["spark"] = charts.sparkline([(s.at, s.depth) for s in r["history"]], top=top)
         return self.render("queues.html", queues=rows, view=view, spark_top=top, sorts=list(SORTS),
+                           queues_page=QUEUES_PAGE,
                            notice=self._notice(req), standby=view["standby"])
 
     # -- the JSON API (GET only: the Host rule applies, as to the pages) -------------------------

@@ -23,7 +23,7 @@ BINDINGS = ("SELECT exchange_name, queue_name, stream_name, binding_key "
 # may write it (the function exists, EXECUTE is granted, the server takes writes).
 MAY_SAMPLE = ("SELECT coalesce(has_function_privilege(to_regprocedure('pgmq.sample_metrics(interval,integer)'), "
               "'EXECUTE'), false) AND NOT pg_is_in_recovery() AS may")
-SAMPLE = "SELECT pgmq.sample_metrics(%s::double precision * interval '1 second', %s::integer)"
+SAMPLE = "SELECT * FROM pgmq.sample_metrics(%s::double precision * interval '1 second', %s::integer)"
 # Read from the table (row security: the queues this role may read), so that one statement
 # serves a page of queues; since NULL: everything kept.
 HISTORY = ("SELECT queue_name, sampled_at, depth, visible, in_flight, delayed, oldest_msg_age_sec, "

@@ -89,6 +89,7 @@ class Sampler:
         # the table's per-queue bound: max_age at this interval (one more for jitter)
         self.max_rows = min(MAX_ROWS, int(max_age / interval) + 1)
         self.persistent: bool | None = None
+        self._latest: list[dict] | None = None
         self._buffers: dict[str, deque[Sample]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -124,16 +125,23 @@ class Sampler:
             found = {q: [s for s in h if s.at >= h[-1].at - seconds] if h else h for q, h in found.items()}
         return found
 
+    def latest(self) -> list[dict] | None:
+        """The queue_metrics() rows of the last sample (None: none yet), as they were then."""
+        with self._lock:
+            return None if self._latest is None else [dict(r) for r in self._latest]
+
     def sample_once(self) -> None:
         with self._connection() as conn:
             self.persistent = bool(conn.execute(queries.MAY_SAMPLE).fetchone()["may"])
             if self.persistent:
-                conn.execute(queries.SAMPLE, (self.max_age, self.max_rows))
+                rows = conn.execute(queries.SAMPLE, (self.max_age, self.max_rows)).fetchall()
                 with self._lock:
                     self._buffers.clear()
+                    self._latest = rows
                 return
             rows = conn.execute(queries.METRICS_ALL).fetchall()
         with self._lock:
+            self._latest = rows
             seen = set()
             for r in rows:
                 seen.add(r["queue_name"])

@@ -11,15 +11,17 @@ from tests.helpers import column, raises_sql, scalar, send_n
 
 
 def _sample(conn, *args: object) -> int:
+    """sample_metrics(*args): the number of queues it sampled (the rows it returns)."""
     marks = ", ".join(["%s"] * len(args))
-    return scalar(conn, f"SELECT pgmq.sample_metrics({marks})", args)
+    return scalar(conn, f"SELECT count(*) FROM pgmq.sample_metrics({marks})", args)
 
 
 def test_a_sample_holds_what_queue_metrics_gives(conn):
     conn.execute("SELECT pgmq.create('a'), pgmq.create('b')")
     send_n(conn, "a", 3)
     conn.execute("SELECT pgmq.read('a', 30, 1)")
-    assert _sample(conn) == 2
+    returned = conn.execute("SELECT queue_name, depth, in_flight, total_sent FROM pgmq.sample_metrics()").fetchall()
+    assert returned == [("a", 3, 1, 3), ("b", 0, 0, 0)]  # the queue_metrics() rows it recorded
     row = conn.execute("SELECT depth, visible, in_flight, delayed, total_sent, oldest_msg_age_sec IS NOT NULL "
                        "FROM pgmq.metrics_history('a')").fetchall()
     assert row == [(3, 2, 1, 0, 3, True)]
