@@ -56,6 +56,33 @@ USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._qu
 CREATE POLICY queue_counters_delete ON pgmq.queue_counters FOR DELETE
 USING (pgmq._owns_queue(queue_name));
 
+
+-- The metrics history (sample_metrics, metrics_history): new in 2.11.0.
+-- One sample (sample_metrics) of each queue per call: sample_id numbers the calls, so that the
+-- per-queue bound is a range of ids.
+CREATE SEQUENCE pgmq.metrics_history_sample_seq;
+CREATE TABLE pgmq.metrics_history (
+    sample_id          BIGINT NOT NULL,
+    sampled_at         TIMESTAMP WITH TIME ZONE NOT NULL,
+    queue_name         VARCHAR NOT NULL
+        CONSTRAINT metrics_history_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    depth              BIGINT NOT NULL,
+    visible            BIGINT NOT NULL,
+    in_flight          BIGINT NOT NULL,
+    delayed            BIGINT NOT NULL,
+    oldest_msg_age_sec DOUBLE PRECISION,
+    total_sent         BIGINT NOT NULL,
+    dead_letter_depth  BIGINT
+);
+-- reading a queue's time range (and the cascade of a dropped queue); pruning the oldest samples
+CREATE INDEX metrics_history_queue_time_idx ON pgmq.metrics_history (queue_name, sampled_at);
+CREATE INDEX metrics_history_sample_idx ON pgmq.metrics_history (sample_id);
+ALTER TABLE pgmq.metrics_history ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON pgmq.metrics_history TO PUBLIC;
+CREATE POLICY metrics_history_read ON pgmq.metrics_history FOR SELECT
+    USING (queue_name IN (SELECT m.queue_name FROM pgmq.meta m WHERE pgmq._queue_privilege(m.queue_name, 'SELECT')));
+
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 -- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
@@ -96,6 +123,8 @@ USING (pgmq._owns_queue(queue_name));
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
+-- new: pgmq.sample_metrics(interval, integer)
+-- new: pgmq.metrics_history(text, timestamp with time zone)
 
 CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 RETURNS bigint
@@ -6280,6 +6309,89 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+CREATE FUNCTION pgmq.sample_metrics(max_age interval DEFAULT '24:00:00'::interval, max_rows integer DEFAULT 17280)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_sample bigint;
+    v_young  bigint;
+BEGIN
+    IF max_age IS NULL OR max_age < interval '00:01:00' OR max_age > interval '366 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('max_age must be between 00:01:00 and 366 days, got %s', coalesce(max_age::text, 'NULL'));
+    END IF;
+    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('max_rows must be between 1 and 1000000, got %s', coalesce(max_rows::text, 'NULL'));
+    END IF;
+    v_sample := nextval('pgmq.metrics_history_sample_seq');
+    -- queue_metrics() locks each queue's table until the transaction ends: a queue dropped since
+    -- it was listed has no row, and a drop waits for this insert (then its rows go with it)
+    RETURN QUERY
+    WITH r AS (SELECT * FROM pgmq.queue_metrics()),
+         recorded AS (
+             INSERT INTO pgmq.metrics_history (sample_id, sampled_at, queue_name, depth, visible, in_flight,
+                                                       delayed, oldest_msg_age_sec, total_sent, dead_letter_depth)
+             SELECT v_sample, r.measured_at, r.queue_name, r.depth, r.visible, r.in_flight, r.delayed,
+                    r.oldest_msg_age_sec, r.total_sent, r.dead_letter_depth
+             FROM r)
+    SELECT * FROM r;
+    -- the oldest sample young enough to keep: the id index walked from its low end, so the
+    -- cost is the rows about to go
+    SELECT h.sample_id INTO v_young
+    FROM pgmq.metrics_history h
+    WHERE h.sampled_at >= now() - max_age
+    ORDER BY h.sample_id
+    LIMIT 1;
+    DELETE FROM pgmq.metrics_history h
+    WHERE h.sample_id < greatest(v_sample - max_rows + 1, coalesce(v_young, v_sample + 1));
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.sample_metrics(max_age interval, max_rows integer) IS 'Record one sample of queue_metrics() for every queue in pgmq.metrics_history and delete the samples older than max_age or beyond the last max_rows calls; the rows recorded. Granted to pg_monitor, not to PUBLIC.';
+
+REVOKE ALL ON FUNCTION pgmq.sample_metrics(max_age interval, max_rows integer) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq.sample_metrics(interval, integer) TO pg_monitor;
+
+CREATE FUNCTION pgmq.metrics_history(queue_name text DEFAULT NULL::text, since timestamp with time zone DEFAULT NULL::timestamp with time zone)
+RETURNS SETOF pgmq.metrics_history
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(metrics_history.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = metrics_history.queue_name) ELSE false END) THEN
+            IF metrics_history.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', metrics_history.queue_name);
+        END IF;
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT h.*
+    FROM pgmq.metrics_history h
+    WHERE (metrics_history.queue_name IS NULL OR h.queue_name = metrics_history.queue_name)
+      AND (metrics_history.since IS NULL OR h.sampled_at >= metrics_history.since)
+    ORDER BY h.queue_name, h.sampled_at;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_history(queue_name text, since timestamp with time zone) IS 'The samples sample_metrics() recorded of one queue, or of every queue the caller may read (NULL), since a time (NULL: all kept), by queue and time.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.10.0--2.11.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

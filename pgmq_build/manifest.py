@@ -363,7 +363,7 @@ OPS = Feature(
     name="ops",
     uses=("core", "delivery", "callbacks"),
     templates=("types.sql.j2", "functions/pause.sql.j2", "functions/queue_metrics.sql.j2",
-               "functions/browse.sql.j2"),
+               "functions/browse.sql.j2", "history.sql.j2"),
 )
 
 # Streams (PgQ's model): append-only logs in rotated segment tables, subscriptions at ticks.
@@ -510,6 +510,12 @@ ROUTINES = policies(
     # ops
     "pause", "resume", "_sample_messages", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
     "browse", "move_messages",
+    Policy("sample_metrics",
+           definer_reason="writes queue_metrics() of every queue into metrics_history, a table only the "
+           "extension's owner may write, so that no row is forged; not granted to PUBLIC (pg_monitor, which "
+           "reads every queue already, may call it), so that no tenant fills the table; nothing the caller "
+           "gives but the two bounds, checked against fixed ranges"),
+    "metrics_history",
     # streams
     Policy("_create_stream_for",
            definer_reason="stream tables belong to the extension's owner, so that no stream owner can attach "

@@ -27,7 +27,7 @@ from ..hosts import allowed_hosts, host_allowed
 from ..install import NOT_INSTALLED, has_pgmq
 from ..printable import printable
 from . import charts, queries
-from .sampler import KEEP, Sample, Sampler, rates, window_rates
+from .sampler import HISTORY_MAX_AGE, KEEP, Sample, Sampler, rates, window_rates
 from .web import DashboardServer, HTTPError, Request, Response, Router, redirect, status_phrase
 
 log = logging.getLogger("pgmq_build.dashboard")
@@ -47,8 +47,15 @@ NOTICES = {
     "purged": "Purged {n} message(s).",
     "redriven": "Redrive moved {n} message(s).",
 }
-# The queue page's time ranges (?range=): label -> seconds of history shown (None: all kept).
-RANGES = {"5m": 300, "15m": 900, "1h": 3600, "all": None}
+# The queue page's time ranges (?range=): label -> seconds of history shown (None: all kept:
+# the last 24 hours in pgmq.metrics_history, the last KEEP samples in memory).
+RANGES = {"5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "all": None}
+DEFAULT_RANGE = "1h"
+RECENT = 3600.0  # seconds of history behind the queue list's sparklines
+RATE_WINDOW = 60.0  # seconds of samples behind the queue list's rates
+QUEUES_PAGE = 100  # queues a page of the list (a 10,000-queue database renders in well under 1 s)
+LIVE_QUEUES = 500  # the queue list measures up to this many queues per request, more from the last sample
+RATE_SORTS = ("sent", "consumed")  # sorting by these needs every row's rates, not the page's
 GAP_SAMPLES = 3  # samples further apart than this many intervals: the charts draw a gap
 OUTAGE_RETRY = 5  # seconds: the 503 page (database unavailable) reloads itself this often
 # The queue list's sort keys (?sort=...): a row -> a comparable value (None last).
@@ -162,7 +169,8 @@ class Dashboard:
     `close()` stops the sampler and the pool."""
 
     def __init__(self, dsn: str, *, allow_actions: bool = False, sample_interval: float = 5.0,
-                 refresh: float | None = None, pool_timeout: float = 5.0, keep: int = KEEP) -> None:
+                 refresh: float | None = None, pool_timeout: float = 5.0, keep: int = KEEP,
+                 history_max_age: float = HISTORY_MAX_AGE) -> None:
         self.allow_actions = allow_actions
         # Pages reload themselves (unless a form field has focus) to follow the samples.
         self.refresh = max(5.0, sample_interval) if refresh is None else refresh
@@ -173,7 +181,7 @@ class Dashboard:
             check=ConnectionPool.check_connection,  # a terminated backend is replaced, not used
             kwargs={"autocommit": True, "row_factory": dict_row,
                     "application_name": "pgmq-dashboard"})
-        self.sampler = Sampler(self.pool.connection, sample_interval, keep)
+        self.sampler = Sampler(self.pool.connection, sample_interval, keep, history_max_age)
         self.env = environment()
         self.router = Router()
         for method, path, handler in (
@@ -267,6 +275,7 @@ class Dashboard:
             nonce=nonce, csrf=self.csrf_token, standby=standby,
             allow_actions=self.allow_actions and not standby,
             sampler_error=self.sampler.last_error, sample_interval=self.sampler.interval,
+            history_in_db=self.sampler.persistent,
             refresh=context.pop("refresh", self.refresh), **context)
         csp = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; "
                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -317,26 +326,42 @@ class Dashboard:
     # -- pages -------------------------------------------------------------------------------
 
     def _queue_rows(self, req: Request) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The queue list's rows, filtered (?q=, a part of the name, any case) and sorted
-        (?sort= a SORTS key, ?order=asc|desc), each with its depth history and rates; and the
-        view's settings."""
+        """The queue list's rows, filtered (?q=, a part of the name, any case), sorted (?sort= a
+        SORTS key, ?order=asc|desc) and paged (?page=, QUEUES_PAGE rows a page), each row of the
+        page with its depth history and rates; and the view's settings."""
         sort = req.query.get("sort", "name")
         if sort not in SORTS:
             raise HTTPError(400, f"sort must be one of {', '.join(SORTS)}")
         order = req.query.get("order", "asc")
         if order not in ("asc", "desc"):
             raise HTTPError(400, "order must be asc or desc")
+        page = req.int_param("page", 1, 1, 2**31 - 1)
         needle = req.query.get("q", "")
+        # Measured now while there are few queues; beyond LIVE_QUEUES, as the last sample
+        # measured them (queue_metrics() of 10,000 queues takes many seconds).
+        sampled_at, rows = None, self.sampler.latest()
         with self._db() as conn:
-            rows = conn.execute(queries.METRICS_ALL).fetchall()
+            if rows is None or len(rows) <= LIVE_QUEUES:
+                rows = conn.execute(queries.METRICS_ALL).fetchall()
+            else:
+                sampled_at = max((r["measured_at"] for r in rows), default=None)
             standby = self._standby(conn)
         total = len(rows)
         rows = [r for r in rows if needle.casefold() in r["queue_name"].casefold()]
+        if sort in RATE_SORTS:  # the rates of every row, from its last minute of samples
+            recent = self.sampler.histories([r["queue_name"] for r in rows], RATE_WINDOW)
+            for r in rows:
+                r["rates"] = window_rates(recent.get(r["queue_name"], []))
+        matching = len(rows)
+        pages = max(1, -(-matching // QUEUES_PAGE))
+        page = min(page, pages)
+        rows = sorted_rows(rows, sort, order == "desc")[(page - 1) * QUEUES_PAGE:page * QUEUES_PAGE]
+        histories = self.sampler.histories([r["queue_name"] for r in rows], RECENT)
         for r in rows:
-            r["history"] = self.sampler.history(r["queue_name"])
-            r["rates"] = window_rates(r["history"])
-        rows = sorted_rows(rows, sort, order == "desc")
-        return rows, {"sort": sort, "order": order, "q": needle, "total": total, "standby": standby}
+            r["history"] = histories.get(r["queue_name"], [])
+            r["rates"] = window_rates(r["history"], RATE_WINDOW)
+        return rows, {"sort": sort, "order": order, "q": needle, "total": total, "matching": matching,
+                      "page": page, "pages": pages, "sampled_at": sampled_at, "standby": standby}
 
     def queue_list(self, req: Request) -> Response:
         rows, view = self._queue_rows(req)
@@ -345,6 +370,7 @@ class Dashboard:
         for r in rows:
             r["spark"] = charts.sparkline([(s.at, s.depth) for s in r["history"]], top=top)
         return self.render("queues.html", queues=rows, view=view, spark_top=top, sorts=list(SORTS),
+                           queues_page=QUEUES_PAGE,
                            notice=self._notice(req), standby=view["standby"])
 
     # -- the JSON API (GET only: the Host rule applies, as to the pages) -------------------------
@@ -368,7 +394,7 @@ class Dashboard:
         with self._db() as conn, self._queue_errors(queue):
             metrics = conn.execute(queries.METRICS_ONE, (queue,)).fetchone()
             settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
-        history = self.sampler.history(queue)
+        history = self.sampler.history(queue, RECENT)
         return json_response({"queue": queue, "metrics": metrics, "settings": settings,
                               "history": [asdict(s) for s in history],
                               "rates": [{"at": t, "sent_per_s": a, "consumed_per_s": b}
@@ -388,7 +414,7 @@ class Dashboard:
             settings = conn.execute(queries.SETTINGS, (queue,)).fetchone()
             page = conn.execute(queries.BROWSE, (queue, after, PAGE_SIZE + 1, archived)).fetchall()
             standby = self._standby(conn)
-        span = req.query.get("range", "all")
+        span = req.query.get("range", DEFAULT_RANGE)
         if span not in RANGES:
             raise HTTPError(400, f"range must be one of {', '.join(RANGES)}")
         return self.render("queue.html", queue=queue, m=metrics, settings=settings,
@@ -398,9 +424,7 @@ class Dashboard:
 
     def _charts(self, queue: str, seconds: float | None = None) -> list:
         """The queue page's charts over the last `seconds` of samples (None: all kept)."""
-        history: list[Sample] = self.sampler.history(queue)
-        if seconds is not None and history:
-            history = [s for s in history if s.at >= history[-1].at - seconds]
+        history: list[Sample] = self.sampler.history(queue, seconds)
         flow = rates(history)
         c = charts.COLOURS
         longest = GAP_SAMPLES * self.sampler.interval  # samples further apart: a gap is drawn

@@ -453,6 +453,14 @@ SELECT pgmq.resume('jobs');   -- true""",
     "queue_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT * FROM pgmq.queue_metrics('jobs');   -- or pgmq.queue_metrics() for every queue""",
+    "sample_metrics": """\
+SELECT pgmq.create('jobs');
+SELECT count(*) FROM pgmq.sample_metrics();        -- 1: one row per queue, the last 24 h kept
+SELECT queue_name, depth FROM pgmq.sample_metrics(interval '1 hour', 720);  -- an hour, 720 samples a queue""",
+    "metrics_history": """\
+SELECT pgmq.create('jobs');
+SELECT count(*) FROM pgmq.sample_metrics();
+SELECT sampled_at, depth FROM pgmq.metrics_history('jobs', now() - interval '1 hour');""",
     "ack_ranges": """\
 SELECT pgmq.create('jobs');
 SELECT pgmq.send_batch('jobs', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);

@@ -118,6 +118,6 @@ def test_queue_page_time_range(dashboard, demo):
     assert page.status == 200
     assert 'data-range="5m" class="on">last 5m</a>' in page.body
     assert page.body.count('class="chart"') == 3
-    assert 'data-range="all" class="on"' in dash.get("/queues/orders").body  # the default
+    assert 'data-range="1h" class="on"' in dash.get("/queues/orders").body  # the default
     bad = dash.get("/queues/orders?range=2d")
-    assert bad.status == 400 and "range must be one of 5m, 15m, 1h, all" in bad.body
+    assert bad.status == 400 and "range must be one of 5m, 15m, 1h, 6h, 24h, all" in bad.body
