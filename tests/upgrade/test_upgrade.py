@@ -12,7 +12,7 @@ from pgmq_build import history, install, render, upgrade
 from pgmq_build.catalog import differences, snapshot
 from pgmq_build.manifest import MANIFEST
 from tests.helpers import column, run_cli, scalar
-from tests.upgrade.scenario import connected, populate, queue_rows
+from tests.upgrade.scenario import COUNTS, connected, populate, queue_rows, without_counts
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +22,6 @@ NEW = MANIFEST.version
 
 
 
-
-
-# Rows that count what happened, not what is configured: the fresh install counts the scenario's
-# failures (a nack), the old version the upgraded database ran them on did not (and the shard is
-# the counting backend's pid modulo 16). Compared as a table, without its rows.
-COUNTS = "pgmq.queue_counters"
-
-
-def without_counts(snap: dict) -> dict:
-    return {**snap, "config_rows": {k: v for k, v in snap.get("config_rows", {}).items() if k != COUNTS}}
 
 
 def assert_same(a, b, names=("upgraded", "fresh")):
