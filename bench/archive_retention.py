@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import psycopg
 
 from .run import check_dsn, drop_bench_databases, log, on_server, prepare_database
-from .server import backend_ticks, ticks_to_us
+from .server import backend_ticks, partitions_and_mb, ticks_to_us
 from .workloads import MESSAGE
 
 QUEUE = "bench_retention"
@@ -42,16 +42,6 @@ class Cycle:
     archive_mb: float  # the archive with its partitions and indexes
     queue_partitions: int
     queue_mb: float
-
-
-def _partitions_and_mb(conn: psycopg.Connection, table: str) -> tuple[int, float]:
-    """(child tables, MB of the parent and its children with their indexes)."""
-    n, size = conn.execute(
-        "SELECT count(*) FILTER (WHERE c.oid <> %s::regclass), coalesce(sum(pg_total_relation_size(c.oid)), 0) "
-        "FROM pg_class c WHERE c.oid = %s::regclass "
-        "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)",
-        (table, table, table)).fetchone()
-    return int(n), round(float(size) / 1048576, 1)
 
 
 def _cpu_per(pid: int, t0: int | None, messages: int) -> float | None:
@@ -78,8 +68,8 @@ def one_cycle(producer: psycopg.Connection, consumer: psycopg.Connection, args: 
     t = time.perf_counter()
     consumer.execute("SELECT pgmq.run_partition_maintenance(%s)", (QUEUE,))
     maintenance_ms = round((time.perf_counter() - t) * 1000, 1)
-    a_parts, a_mb = _partitions_and_mb(consumer, f"pgmq.a_{QUEUE}")
-    q_parts, q_mb = _partitions_and_mb(consumer, f"pgmq.q_{QUEUE}")
+    a_parts, a_mb = partitions_and_mb(consumer, f"pgmq.a_{QUEUE}")
+    q_parts, q_mb = partitions_and_mb(consumer, f"pgmq.q_{QUEUE}")
     return Cycle(n, archived + done, send_cpu, consume_cpu, maintenance_ms, a_parts, a_mb, q_parts, q_mb)
 
 

@@ -28,7 +28,7 @@ import psycopg
 
 from .metrics_cost import TIMED
 from .run import check_dsn, drop_bench_databases, log, on_server, prepare_database
-from .server import backend_ticks, ticks_to_us
+from .server import backend_ticks, partitions_and_mb, ticks_to_us
 from .workloads import MESSAGE
 
 CHUNK = 1_000_000
@@ -115,13 +115,10 @@ def measure(dsn: str, size: int, partitioned: bool, ops: int) -> Row:
         q = f"'{queue}'"
         qm = server_ms(conn, f"pgmq.queue_metrics({q})")
         m = server_ms(conn, f"pgmq.metrics({q})")
-        mb = conn.execute(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) / 1048576.0 FROM pg_class c "
-            "WHERE c.oid = %s::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits "
-            "WHERE inhparent = %s::regclass)", (f"pgmq.q_{queue}", f"pgmq.q_{queue}")).fetchone()[0]
+        _, mb = partitions_and_mb(conn, f"pgmq.q_{queue}")
         conn.execute("SELECT pgmq.drop_queue(%s)", (queue,))
     return Row("partitioned" if partitioned else "plain", size, *[c[0] for c in costs],
-               *[c[1] for c in costs], qm, m, round(float(mb), 1), fill_s)
+               *[c[1] for c in costs], qm, m, mb, fill_s)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

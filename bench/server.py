@@ -57,6 +57,17 @@ def backend_ticks(pids: list[int], proc: str = "/proc") -> int | None:
     return total
 
 
+def partitions_and_mb(conn: psycopg.Connection, table: str) -> tuple[int, float]:
+    """(child tables, MB of the table and its children with their indexes) of a table, as the
+    big-queue and archive benches report its size on disk."""
+    n, size = conn.execute(
+        "SELECT count(*) FILTER (WHERE c.oid <> %s::regclass), coalesce(sum(pg_total_relation_size(c.oid)), 0) "
+        "FROM pg_class c WHERE c.oid = %s::regclass "
+        "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)",
+        (table, table, table)).fetchone()
+    return int(n), round(float(size) / 1048576, 1)
+
+
 def is_local(conn: psycopg.Connection) -> bool:
     """Whether the server is reached on this machine (a Unix socket or a loopback address)."""
     host = conn.info.host or ""
