@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.11.0"
+VERSION = "2.12.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -191,6 +191,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.10.0.sql": "a42a49f41d7af38d7b7eaa95105ba25da775fdb14b8a1f1583ee82a3bf16fe0b",
         "pgmq-standalone--1.13.0--2.10.0.sql": "479f3c8a10dda86ceb480b216f852cfaa862fe110a20ff79df675027072ac815",
         "pgmq-standalone--1.13.1--2.10.0.sql": "cfa48bf53bd281b3c57a4a8e3ecda992544d1c38eb1d206ad7bbbf00e498b807",
+    }),
+    Release("2.11.0", {
+        "pgmq--2.11.0.sql": "956e938ad949537a4c5eecb01a3818cfde911e568ffc2999d64a85b257831229",
+        "pgmq-standalone--2.11.0.sql": "9919ab8cccbd9ff3e5cf3188f155a48857ab2d4a91da266d3b59ad1fe2862ebb",
+        "pgmq--2.10.0--2.11.0.sql": "52d56c4dc94b8c8d4a65c756a3aac9e7c76818a00417d5726b96dc65f179463f",
+        "pgmq-standalone--2.10.0--2.11.0.sql": "a44f67ec3f9e4137e170d5c6e00dd955d1365eeef39bb05fe9b28254bea99ee3",
+        "pgmq--1.13.0--2.11.0.sql": "f1560fa9eeb43967a61215e53ccd2d4a6e9ffc312d79237a86dddb538cc6454e",
+        "pgmq--1.13.1--2.11.0.sql": "eb1c0627f776df78a1786ff8fe644f0c724619544ef09784017ac7b10b56984b",
+        "pgmq-standalone--1.13.0--2.11.0.sql": "0c1f9988e8805b659e209f6d0b7acc59d5673462c2fec36d78c2dad96e83a11b",
+        "pgmq-standalone--1.13.1--2.11.0.sql": "8e4e9b3986c10761d9cac57815394e1424e962c187f1cdd9faa1a3e7d620ba64",
     }),
 )
 
