@@ -13,6 +13,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 DO $check$
 DECLARE
     v_missing text;
+    v_twins   text;
 BEGIN
     SELECT pg_catalog.string_agg(r.sig, ', ' ORDER BY r.n) INTO v_missing
     FROM pg_catalog.unnest(ARRAY[
@@ -111,13 +112,13 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Upgrade to PGMQ 1.13 first with upstream''s own upgrade scripts, then migrate.';
     END IF;
-    SELECT pg_catalog.string_agg(q.names, '; ' ORDER BY q.names) INTO v_missing
+    SELECT pg_catalog.string_agg(q.names, '; ' ORDER BY q.names) INTO v_twins
     FROM (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(m.queue_name), ', ' ORDER BY m.queue_name) AS names
           FROM pgmq.meta m
           GROUP BY pg_catalog.lower(m.queue_name)
           HAVING pg_catalog.count(*) > 1) q;
-    IF v_missing IS NOT NULL THEN
-        RAISE EXCEPTION 'queues % share their tables (their names differ only in case)', v_missing
+    IF v_twins IS NOT NULL THEN
+        RAISE EXCEPTION 'queues % share their tables (their names differ only in case)', v_twins
             USING ERRCODE = '55000',
                   HINT = 'Queue names must differ in more than case: drop one of each (they hold the same messages) and try again.';
     END IF;
@@ -240,6 +241,7 @@ ALTER TABLE pgmq.topic_bindings RENAME TO _upstream_topic_bindings;
 -- The queue registry. list_queues() returns its rows as they are, so column order matters.
 -- Queue names are stored as given (mixed case is kept).
 -- (upstream's table of pgmq.meta is kept)
+CREATE UNIQUE INDEX meta_queue_name_lower_key ON pgmq.meta (lower(queue_name));
 -- (upstream's config dump of pgmq.meta is kept)
 
 -- features/core/ownership.sql.j2
@@ -1036,7 +1038,7 @@ BEGIN
                         AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(headers);
             END IF;
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1116,7 +1118,7 @@ BEGIN
                         AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(headers);
             END IF;
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1219,7 +1221,7 @@ BEGIN
                         AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(headers);
             END IF;
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send.queue_name AND s.message_limits) THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send.queue_name);
             END IF;
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1296,7 +1298,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(_send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1360,7 +1362,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1427,7 +1429,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1494,7 +1496,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1561,7 +1563,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1628,7 +1630,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1695,7 +1697,7 @@ BEGIN
                                     AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                             PERFORM pgmq._check_headers(v_hdr);
                         END IF;
-                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_batch.queue_name AND s.message_limits) THEN
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
                             PERFORM pgmq._note_message_limits(send_batch.queue_name);
                         END IF;
                     ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -1738,7 +1740,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
-                   WHERE s.queue_name = _note_priorities.queue_name AND s.priorities) THEN
+                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_note_priorities.queue_name)) AND s.priorities) THEN
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._enable_priorities_for(queue_name);
     END IF;
@@ -1761,12 +1763,14 @@ DECLARE
     v_caller  name := pgmq._proven_caller();
     v_qtable  text := pgmq._format_table_name(queue_name, 'q');
     v_trigger name;
+    v_name    text;
 BEGIN
     -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
     IF NOT pgmq._lock_queue(queue_name) THEN
         RETURN;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _enable_priorities_for.queue_name) THEN
+    v_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_enable_priorities_for.queue_name)));  -- the spelling meta holds
+    IF v_name IS NULL THEN
         RETURN;
     END IF;
     IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
@@ -1774,7 +1778,7 @@ BEGIN
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
     INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
-    VALUES (queue_name, true)
+    VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
     -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
     -- deferred notification triggers (a message sent earlier in it) fire now instead of at
@@ -1862,7 +1866,7 @@ BEGIN
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
-    FROM pgmq.queue_settings s WHERE s.queue_name = read.queue_name;
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -2034,7 +2038,7 @@ BEGIN
     END IF;
     SELECT s.retry_policy OR s.message_ttl IS NOT NULL OR s.message_limits OR s.paused OR s.priorities
     INTO v_other
-    FROM pgmq.queue_settings s WHERE s.queue_name = read_unordered.queue_name;
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_unordered.queue_name));
     IF coalesce(v_other, false) THEN
         RETURN QUERY SELECT * FROM pgmq.read(queue_name, vt, qty, conditional);
         RETURN;
@@ -2114,7 +2118,7 @@ BEGIN
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
-    FROM pgmq.queue_settings s WHERE s.queue_name = pop.queue_name;
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -2450,7 +2454,7 @@ BEGIN
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
         SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
-                                                                   WHERE s.queue_name = $5), 300))
+                                                                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower($5))), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
                           WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
@@ -4171,7 +4175,7 @@ BEGIN
         INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
         SELECT lower($5), $4, nextval($6::regclass),
                clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
-                                                                   WHERE s.queue_name = $5), 300))
+                                                                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower($5))), 300))
         WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
                           WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
         ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
@@ -4204,7 +4208,7 @@ $path$;',
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
     SELECT lower(%4$L), $4, nextval(%3$L::regclass),
            clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
-                                                               WHERE s.queue_name = %4$L), 300))
+                                                               WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(%4$L))), 300))
     WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
                       WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
     ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
@@ -6891,6 +6895,7 @@ CREATE TABLE pgmq.queue_settings (
     priorities        BOOLEAN NOT NULL DEFAULT false,
     dead_letter_set_by NAME
 );
+CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
 SELECT pg_catalog.pg_extension_config_dump('pgmq.queue_settings', '');
 
 
@@ -7122,7 +7127,7 @@ BEGIN
         RETURN;  -- no queue: the send's insert raises upstream's error
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
-                   WHERE s.queue_name = _note_message_limits.queue_name AND s.message_limits) THEN
+                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_note_message_limits.queue_name)) AND s.message_limits) THEN
         PERFORM pgmq._prove_caller();
         PERFORM pgmq._flag_message_limits(queue_name);
     END IF;
@@ -7130,7 +7135,8 @@ END;
 $fn$;
 
 -- _flag_message_limits: sets the mark for a proven caller that may send to the queue (the
--- settings are its owner's: SECURITY DEFINER). A name that is no queue changes nothing.
+-- settings are its owner's: SECURITY DEFINER). A name that is no queue changes nothing; the
+-- row is written under the catalog's spelling of the name, whichever the sender used.
 CREATE FUNCTION pgmq._flag_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -7140,8 +7146,9 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_caller name := pgmq._proven_caller();
+    v_name   text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flag_message_limits.queue_name)));
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _flag_message_limits.queue_name) THEN
+    IF v_name IS NULL THEN
         RETURN;
     END IF;
     IF NOT has_table_privilege(v_caller, format('pgmq.%I', pgmq._format_table_name(queue_name, 'q')), 'INSERT') THEN
@@ -7149,7 +7156,7 @@ BEGIN
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
-    VALUES (queue_name, true)
+    VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
 END;
 $fn$;
@@ -7181,16 +7188,16 @@ BEGIN
             MESSAGE = 'a queue cannot be its own dead-letter queue';
     END IF;
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-               LEFT JOIN pgmq.queue_settings s ON s.queue_name = _check_dead_letter_queue.queue_name
-               WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue AND d.payload_type IS NOT NULL
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.queue_name))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue)) AND d.payload_type IS NOT NULL
                  AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
                              _check_dead_letter_queue.dead_letter_queue,
-                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = _check_dead_letter_queue.dead_letter_queue),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue))),
                              _check_dead_letter_queue.queue_name,
                              coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                       WHERE s.queue_name = _check_dead_letter_queue.queue_name), 'jsonb'));
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.queue_name))), 'jsonb'));
     END IF;
     IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -7307,7 +7314,7 @@ DECLARE
 BEGIN
     SELECT s.dead_letter_queue, s.dead_letter_set_by INTO v_dlq, v_setter
     FROM pgmq.queue_settings s
-    WHERE s.queue_name = _dead_letter.queue_name AND s.retry_policy;
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.retry_policy;
 
     -- Checked when used, not only when set: whoever consumes (cron, an admin) moves messages
     -- only where the role that set the dead-letter queue may still send. Otherwise the
@@ -7323,7 +7330,7 @@ BEGIN
     IF v_dlq IS NOT NULL THEN
         -- Limits in the moved headers keep applying in the dead-letter queue.
         PERFORM pgmq._note_message_limits(v_dlq);
-        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = _dead_letter.queue_name AND s.priorities) THEN
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.priorities) THEN
             PERFORM pgmq._note_priorities(v_dlq);
         END IF;
         -- The origin is recorded only by a role that may send there itself (the row security of
@@ -7331,7 +7338,7 @@ BEGIN
         -- the messages this transaction moved (a second statement, which sees them:
         -- _dead_letter_written_here).
         IF pgmq._queue_privilege(queue_name, 'INSERT') THEN
-            v_source := queue_name;
+            v_source := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)));  -- the spelling meta holds
         END IF;
         EXECUTE format(
             $q$WITH d AS (
@@ -7390,19 +7397,13 @@ END, 0)
                      THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_count END
         WHERE c.ctid OPERATOR(pg_catalog.=) (
             SELECT f.ctid FROM pgmq.queue_counters f
-            WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
-                                                            (SELECT l.queue_name FROM pgmq.meta l
-                                                             WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
-                                                             ORDER BY l.queue_name LIMIT 1))
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)))
               AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
             INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
             SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
-            FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) _dead_letter.queue_name),
-                                  (SELECT l.queue_name FROM pgmq.meta l
-                                   WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)
-                                   ORDER BY l.queue_name LIMIT 1)) AS name) q
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name))) AS name) q
             WHERE q.name IS NOT NULL;
         END IF;
     END IF;
@@ -7448,7 +7449,7 @@ BEGIN
                       AND pgmq._queue_privilege(o.source_queue, 'INSERT')
     LOOP
         EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
-        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = redrive.dead_letter_queue AND s.priorities) THEN
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(redrive.dead_letter_queue)) AND s.priorities) THEN
             PERFORM pgmq._note_priorities(v_target);
         END IF;
         EXECUTE format(
@@ -7527,7 +7528,7 @@ BEGIN
     INTO v_headers
     USING msg_id;
     SELECT * INTO v_policy FROM pgmq.queue_settings s
-    WHERE s.queue_name = _record_failure.queue_name AND s.retry_policy;
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_record_failure.queue_name)) AND s.retry_policy;
     -- One clock reading: vt = last_read_at marks the message as no longer leased.
     v_back_at := clock_timestamp() + CASE
         WHEN v_policy.queue_name IS NULL THEN make_interval(secs => least(1 * power(2, least(greatest(attempts, 1), 30) - 1), 300))
@@ -7584,19 +7585,13 @@ BEGIN
                  THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) 1 END
     WHERE c.ctid OPERATOR(pg_catalog.=) (
         SELECT f.ctid FROM pgmq.queue_counters f
-        WHERE f.queue_name OPERATOR(pg_catalog.=) coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
-                                                        (SELECT l.queue_name FROM pgmq.meta l
-                                                         WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
-                                                         ORDER BY l.queue_name LIMIT 1))
+        WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)))
           AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
         LIMIT 1 FOR UPDATE SKIP LOCKED);
     IF NOT FOUND THEN
         INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
         SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
-        FROM (SELECT coalesce((SELECT e.queue_name FROM pgmq.meta e WHERE e.queue_name OPERATOR(pg_catalog.=) nack.queue_name),
-                              (SELECT l.queue_name FROM pgmq.meta l
-                               WHERE pg_catalog.lower(l.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)
-                               ORDER BY l.queue_name LIMIT 1)) AS name) q
+        FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name))) AS name) q
         WHERE q.name IS NOT NULL;
     END IF;
     RETURN true;
@@ -7623,7 +7618,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'extra_retries cannot be negative';
     END IF;
     SELECT s.max_retries INTO v_max FROM pgmq.queue_settings s
-    WHERE s.queue_name = checkpoint.queue_name AND s.retry_policy;
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(checkpoint.queue_name)) AND s.retry_policy;
     EXECUTE format(
         $q$UPDATE pgmq.%I
            SET message = $2,
@@ -7732,7 +7727,7 @@ BEGIN
                         AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                 PERFORM pgmq._check_headers(headers);
             END IF;
-            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_reserved.queue_name AND s.message_limits) THEN
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_reserved.queue_name)) AND s.message_limits) THEN
                 PERFORM pgmq._note_message_limits(send_reserved.queue_name);
             END IF;
         ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -7810,7 +7805,7 @@ BEGIN
         SELECT m.queue_name, s.message_ttl
         FROM pgmq.meta m
         LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
-        WHERE expire_messages.queue_name IS NULL OR m.queue_name = expire_messages.queue_name
+        WHERE expire_messages.queue_name IS NULL OR (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(expire_messages.queue_name))
         ORDER BY m.queue_name
     LOOP
         -- the table locked first (the lock order, _macros/lifecycle.sql.j2); a queue whose table
@@ -7918,7 +7913,7 @@ DECLARE
     v_first  text;  -- the first sort key: priority only where the queue has its index
     v_plain  boolean := only_msg_id IS NULL AND hfilter IS NULL AND pfilter IS NULL AND kinds IS NULL;
 BEGIN
-    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE s.queue_name = _claim_message.queue_name;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_claim_message.queue_name));
     IF v_policy.paused THEN
         RETURN NULL;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -8892,7 +8887,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
-    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped.queue_name;
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped.queue_name));
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -9424,7 +9419,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
-    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_rr.queue_name;
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_rr.queue_name));
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -9937,7 +9932,7 @@ BEGIN
           AND i.indkey[0] = 0
           AND i.indisvalid
     );
-    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE s.queue_name = read_grouped_head.queue_name;
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_head.queue_name));
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
@@ -13574,10 +13569,10 @@ AS $fn$
 DECLARE
     v_type regtype;
 BEGIN
-    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE s.queue_name = _payload_type_of.queue_name;
+    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_payload_type_of.queue_name));
     IF v_type IS NULL THEN
         v_type := 'jsonb'::regtype;
-        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = _payload_type_of.queue_name) THEN
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_payload_type_of.queue_name))) THEN
             IF _payload_type_of.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -13909,31 +13904,31 @@ BEGIN
     -- Dead letters must still fit where they go, both ways (checked on the new settings; an
     -- error undoes them).
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-               LEFT JOIN pgmq.queue_settings s ON s.queue_name = set_payload_type.queue_name
-               WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy) AND d.payload_type IS NOT NULL
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower((SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy))) AND d.payload_type IS NOT NULL
                  AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
                              (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy),
-                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy)),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower((SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy)))),
                              set_payload_type.queue_name,
                              coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                       WHERE s.queue_name = set_payload_type.queue_name), 'jsonb'));
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))), 'jsonb'));
     END IF;
     FOR v_source IN SELECT s.queue_name FROM pgmq.queue_settings s
                     WHERE s.dead_letter_queue = set_payload_type.queue_name AND s.retry_policy
                     ORDER BY s.queue_name LOOP
         IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-                   LEFT JOIN pgmq.queue_settings s ON s.queue_name = v_source
-                   WHERE d.queue_name = set_payload_type.queue_name AND d.payload_type IS NOT NULL
+                   LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_source))
+                   WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name)) AND d.payload_type IS NOT NULL
                      AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
             RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
                 MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
                                  set_payload_type.queue_name,
-                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = set_payload_type.queue_name),
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))),
                                  v_source,
                                  coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                           WHERE s.queue_name = v_source), 'jsonb'));
+                                           WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_source))), 'jsonb'));
         END IF;
     END LOOP;
 END;
@@ -13992,10 +13987,10 @@ DECLARE
     v_vt      timestamp with time zone;
     v_id      bigint;
 BEGIN
-    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name;
+    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name));
     IF v_held IS NULL THEN
         v_held := 'jsonb'::regtype;
-        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE m.queue_name = send_payload.queue_name) THEN
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name))) THEN
             IF send_payload.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -14049,7 +14044,7 @@ BEGIN
                             AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
                     PERFORM pgmq._check_headers(v_headers);
                 END IF;
-                IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = send_payload.queue_name AND s.message_limits) THEN
+                IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name)) AND s.message_limits) THEN
                     PERFORM pgmq._note_message_limits(send_payload.queue_name);
                 END IF;
             ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
@@ -15453,7 +15448,7 @@ BEGIN
     SELECT coalesce(bool_or(s.paused), false) AS paused,
            max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
     INTO v_set
-    FROM pgmq.queue_settings s WHERE s.queue_name = _queue_metrics_of.queue_name;
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
 
     v_msgs := pgmq._count_messages(v_qtable);
     v_est := v_msgs.estimated;
@@ -15631,22 +15626,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
     END IF;
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
-               LEFT JOIN pgmq.queue_settings s ON s.queue_name = move_messages.source_queue
-               WHERE d.queue_name = move_messages.target_queue AND d.payload_type IS NOT NULL
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue)) AND d.payload_type IS NOT NULL
                  AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
                              move_messages.target_queue,
-                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE d.queue_name = move_messages.target_queue),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue))),
                              move_messages.source_queue,
                              coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
-                                       WHERE s.queue_name = move_messages.source_queue), 'jsonb'));
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))), 'jsonb'));
     END IF;
     IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
-               WHERE s.queue_name = move_messages.source_queue AND s.message_limits) THEN
+               WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)) AND s.message_limits) THEN
         PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
     END IF;
-    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE s.queue_name = move_messages.source_queue AND s.priorities) THEN
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)) AND s.priorities) THEN
         PERFORM pgmq._note_priorities(move_messages.target_queue);
     END IF;
     -- One statement: a message is always in exactly one of the two queues.

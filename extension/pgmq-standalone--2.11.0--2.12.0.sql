@@ -35,10 +35,6449 @@ END
 $check$;
 
 -- ---------------------------------------------------------------- pre: templates/upgrades/2.11.0--2.12.0/pre.sql.j2
--- (nothing)
+-- Every lookup of a queue by a caller's name finds it under any spelling (same_queue): the
+-- catalog tables get an index on the name lowercased. Two names of one queue cannot be indexed.
+DO $twins$
+DECLARE
+    v_twins text;
+BEGIN
+    SELECT pg_catalog.string_agg(q.names, '; ' ORDER BY q.names) INTO v_twins
+    FROM (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(m.queue_name), ', ' ORDER BY m.queue_name) AS names
+          FROM pgmq.meta m
+          GROUP BY pg_catalog.lower(m.queue_name)
+          HAVING pg_catalog.count(*) > 1) q;
+    IF v_twins IS NOT NULL THEN
+        RAISE EXCEPTION 'queues % share their tables (their names differ only in case)', v_twins
+            USING ERRCODE = '55000',
+                  HINT = 'Queue names must differ in more than case: drop one of each (they hold the same messages) and try again.';
+    END IF;
+END
+$twins$;
+CREATE UNIQUE INDEX meta_queue_name_lower_key ON pgmq.meta (lower(queue_name));
+CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
+-- replace: pgmq.send(text, jsonb, jsonb)
+-- replace: pgmq.send(text, jsonb, jsonb, integer)
+-- replace: pgmq._send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[])
+-- replace: pgmq.send_batch(text, jsonb[], integer)
+-- replace: pgmq.send_batch(text, jsonb[], timestamp with time zone)
+-- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
+-- replace: pgmq._note_priorities(text)
+-- replace: pgmq._enable_priorities_for(text)
+-- replace: pgmq.read(text, integer, integer, jsonb)
+-- replace: pgmq.read_unordered(text, integer, integer, jsonb)
+-- replace: pgmq.pop(text, integer)
+-- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+-- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq._note_message_limits(text)
+-- replace: pgmq._flag_message_limits(text)
+-- replace: pgmq._check_dead_letter_queue(text, text)
+-- replace: pgmq._dead_letter(text, bigint[], text, text)
+-- replace: pgmq.redrive(text, text, integer)
+-- replace: pgmq._record_failure(text, bigint, integer, text, text)
+-- replace: pgmq.nack(text, bigint, text)
+-- replace: pgmq.checkpoint(text, bigint, jsonb, integer, integer)
+-- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
+-- replace: pgmq.expire_messages(text)
+-- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq.read_grouped(text, integer, integer)
+-- replace: pgmq.read_grouped_rr(text, integer, integer)
+-- replace: pgmq.read_grouped_head(text, integer, integer)
+-- replace: pgmq._payload_type_of(text)
+-- replace: pgmq.set_payload_type(text, regtype)
+-- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
+-- replace: pgmq._queue_metrics_of(text)
+-- replace: pgmq.move_messages(text, text, integer)
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
+    ELSE
+        v_id := pgmq._static_send(delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone) IS 'Send one message; visible at delay.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := clock_timestamp();
+    v_id    bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(v_delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+    v_id    bigint;
+BEGIN
+    IF send.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send.queue_name)) AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                PERFORM pgmq._note_priorities(send.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    IF headers ? 'x-pgmq-dedup-id' THEN
+        -- Sent unless the key is live within the queue's dedup window; then the message it made.
+        -- Concurrent senders of one key serialise on the key's unique index: one message results.
+        -- An unknown queue fails as a plain send does (its table does not exist).
+        v_id := pgmq._static_send_dedup(v_delay, msg, headers, headers->>'x-pgmq-dedup-id', send.queue_name);
+        IF v_id IS NULL THEN
+            v_id := pgmq._dedup_msg_id(send.queue_name, headers->>'x-pgmq-dedup-id');
+        END IF;
+    ELSE
+        v_id := pgmq._static_send(v_delay, msg, headers, send.queue_name);
+    END IF;
+    RETURN NEXT v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer) IS 'Overload of send(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq._send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF _send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(_send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || _send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(_send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(_send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, _send_batch.queue_name);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, delay)
+            FROM unnest(msgs, headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(delay, msgs, headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamp with time zone) IS 'Send many messages in one statement; ids come back in array order.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := clock_timestamp();
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[]) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := NULL::jsonb[];
+    v_delay timestamp with time zone := delay;
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamp with time zone) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_hdr jsonb;
+    v_headers jsonb[] := headers;
+    v_delay timestamp with time zone := pgmq._delay_to_vt(delay);
+BEGIN
+    IF msgs IS NULL OR cardinality(msgs) = 0 THEN
+        RAISE EXCEPTION 'msgs cannot be NULL or empty';
+    END IF;
+    IF v_headers IS NOT NULL AND cardinality(v_headers) <> cardinality(msgs) THEN
+        RAISE EXCEPTION 'headers array length (%) must match msgs array length (%)', cardinality(v_headers), cardinality(msgs);
+    END IF;
+    IF send_batch.queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF send_batch.queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    IF v_headers IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay']) THEN
+            FOREACH v_hdr IN ARRAY v_headers LOOP
+                IF v_hdr ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                    IF v_hdr ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                        IF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-ttl' OR (v_hdr->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-max-retries' OR (v_hdr->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                                    AND coalesce(NOT v_hdr ? 'x-pgmq-retry-delay' OR (v_hdr->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                            PERFORM pgmq._check_headers(v_hdr);
+                        END IF;
+                        IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_batch.queue_name)) AND s.message_limits) THEN
+                            PERFORM pgmq._note_message_limits(send_batch.queue_name);
+                        END IF;
+                    ELSIF NOT (coalesce(NOT v_hdr ? 'x-pgmq-priority' OR (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                        PERFORM pgmq._check_headers(v_hdr);
+                    END IF;
+                    IF coalesce(CASE jsonb_typeof(v_hdr->'x-pgmq-priority')
+                     WHEN 'number' THEN least(greatest((v_hdr->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+                     WHEN 'string' THEN CASE WHEN (v_hdr->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                             THEN least(greatest((v_hdr->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+                END, 0) <> 0 THEN
+                        IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_batch.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                            PERFORM pgmq._note_priorities(send_batch.queue_name);
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+        -- Deduplicated messages go one by one (each may resolve to an earlier message).
+        IF EXISTS (SELECT 1 FROM unnest(v_headers) h WHERE h ? 'x-pgmq-dedup-id') THEN
+            RETURN QUERY
+            SELECT pgmq.send(send_batch.queue_name, t.msg, t.hdr, v_delay)
+            FROM unnest(msgs, v_headers) WITH ORDINALITY AS t(msg, hdr, ord)
+            ORDER BY t.ord;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_send_batch(v_delay, msgs, v_headers, send_batch.queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer) IS 'Overload of send_batch(); see its main form.';
+
+CREATE OR REPLACE FUNCTION pgmq._note_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_note_priorities.queue_name)) AND s.priorities) THEN
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._enable_priorities_for(queue_name);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._enable_priorities_for(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller  name := pgmq._proven_caller();
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_trigger name;
+    v_name    text;
+BEGIN
+    -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;
+    END IF;
+    v_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_enable_priorities_for.queue_name)));  -- the spelling meta holds
+    IF v_name IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
+    VALUES (v_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
+    -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
+    -- deferred notification triggers (a message sent earlier in it) fire now instead of at
+    -- commit (their NOTIFY still goes out at commit), and the triggers are deferred again.
+    FOR v_trigger IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                     WHERE t.tgrelid = format('pgmq.%I', v_qtable)::regclass AND t.tginitdeferred LOOP
+        EXECUTE format('SET CONSTRAINTS pgmq.%I IMMEDIATE', v_trigger);
+        EXECUTE format('SET CONSTRAINTS pgmq.%I DEFERRED', v_trigger);
+    END LOOP;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+    ELSIF v_ttl_only THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+    ELSIF v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    ELSE
+        RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    END IF;
+    GET DIAGNOSTICS v_taken = ROW_COUNT;
+    v_left := v_left - v_taken;
+    IF v_left <= 0 THEN
+        RETURN;
+    END IF;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
+        RETURN;
+    END IF;
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_other boolean;
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    SELECT s.retry_policy OR s.message_ttl IS NOT NULL OR s.message_limits OR s.paused OR s.priorities
+    INTO v_other
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_unordered.queue_name));
+    IF coalesce(v_other, false) THEN
+        RETURN QUERY SELECT * FROM pgmq.read(queue_name, vt, qty, conditional);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_read_unordered(qty, make_interval(secs => vt), conditional,
+                                                                   clock_timestamp(), queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb) IS 'read without msg_id order: visible messages in the order they became visible (for many consumers).';
+
+CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+        END IF;
+        RETURN;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+    ELSIF v_ttl_only THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+    ELSIF v_ranked THEN
+        RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    ELSE
+        RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+    END IF;
+    GET DIAGNOSTICS v_taken = ROW_COUNT;
+    v_left := v_left - v_taken;
+    IF v_left <= 0 THEN
+        RETURN;
+    END IF;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
+        RETURN;
+    END IF;
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower($5))), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest(($3->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN ($3->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest(($3->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, 'q'))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+     JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                AND d.deptype IN ('a', 'i')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, 'q')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off
+AS $fn$
+DECLARE
+    v_names text[];
+    v_sql   text;
+    v_seqs  text[];
+    v_sig   text;
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- each queue's sequence, looked up once for every path (NULL: its table is gone)
+    v_seqs := ARRAY(SELECT (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+         FROM pg_catalog.pg_class t
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+         JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                    AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                    AND d.deptype IN ('a', 'i')
+         JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+         JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+         WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
+                    FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
+    v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc f
+               WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+                 AND f.proname = '_static_send' AND strpos(f.prosrc, v_sig) > 0) THEN
+        RETURN;
+    END IF;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower($5))), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
+           clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                               WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(%4$L))), 300))
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name)
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$4')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY vt
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY vt
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$11')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$8')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$6')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY priority, msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+RETURN FOUND;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$2')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+)
+SELECT * FROM moved ORDER BY msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$3')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq._note_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;  -- no queue: the send's insert raises upstream's error
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s
+                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_note_message_limits.queue_name)) AND s.message_limits) THEN
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._flag_message_limits(queue_name);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._flag_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_name   text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flag_message_limits.queue_name)));
+BEGIN
+    IF v_name IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', pgmq._format_table_name(queue_name, 'q')), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+    VALUES (v_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._flag_message_limits(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._flag_message_limits(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq._check_dead_letter_queue(queue_name text, dead_letter_queue text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(_check_dead_letter_queue.dead_letter_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) ELSE false END) THEN
+        IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _check_dead_letter_queue.dead_letter_queue);
+    END IF;
+    IF dead_letter_queue = queue_name THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a queue cannot be its own dead-letter queue';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.queue_name))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue)) AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             _check_dead_letter_queue.dead_letter_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue))),
+                             _check_dead_letter_queue.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.queue_name))), 'jsonb'));
+    END IF;
+    IF NOT pgmq._queue_privilege(dead_letter_queue, 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text;
+    v_setter name;
+    v_source text;
+    v_moved  bigint[];
+    v_count  bigint;
+BEGIN
+    SELECT s.dead_letter_queue, s.dead_letter_set_by INTO v_dlq, v_setter
+    FROM pgmq.queue_settings s
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.retry_policy;
+
+    -- Checked when used, not only when set: whoever consumes (cron, an admin) moves messages
+    -- only where the role that set the dead-letter queue may still send. Otherwise the
+    -- archive, as without one: nothing is lost and the queue keeps going.
+    IF v_dlq IS NOT NULL AND NOT pgmq._may_send_as(v_setter, v_dlq) THEN
+        RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", which set the dead-letter queue "%s" of queue "%s", may not send to it: dead letters go to the archive',
+                             v_setter, v_dlq, queue_name),
+            HINT = 'Grant it access to the dead-letter queue, or set it (or another) with set_retry_policy as a role that may send there.';
+        v_dlq := NULL;
+    END IF;
+
+    IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_dlq);
+        END IF;
+        -- The origin is recorded only by a role that may send there itself (the row security of
+        -- dead_letter_origins, asked here first so that it never refuses the move), and only for
+        -- the messages this transaction moved (a second statement, which sees them:
+        -- _dead_letter_written_here).
+        IF pgmq._queue_privilege(queue_name, 'INSERT') THEN
+            v_source := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)));  -- the spelling meta holds
+        END IF;
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            ), moved AS (
+                INSERT INTO pgmq.%I (vt, message, headers, priority)
+                SELECT clock_timestamp(), d.message, CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                    'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                    'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                    'time', clock_timestamp())
+                    || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                            ELSE jsonb_build_object('headers', d.headers) END),
+                       coalesce(CASE jsonb_typeof(d.headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((d.headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (d.headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((d.headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+                FROM d ORDER BY d.msg_id
+                RETURNING msg_id
+            )
+            SELECT array_agg(moved.msg_id) FROM moved$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        INTO v_moved
+        USING msg_ids, queue_name, reason, error;
+        INSERT INTO pgmq.dead_letter_origins AS o (queue_name, msg_id, source_queue)
+        SELECT v_dlq, m.msg_id, v_source FROM unnest(v_moved) AS m(msg_id)
+        ON CONFLICT ON CONSTRAINT dead_letter_origins_pkey DO UPDATE SET source_queue = EXCLUDED.source_queue;
+        v_count := coalesce(cardinality(v_moved), 0);
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                   || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp())
+                       || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                               ELSE jsonb_build_object('headers', d.headers) END)
+            FROM d$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+    IF v_count > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_count)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_count END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)))
+              AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text DEFAULT NULL::text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq     text := pgmq._format_table_name(dead_letter_queue, 'q');
+    v_name    text;  -- the dead-letter queue's name in the catalog (its records' key)
+    v_target  text;
+    v_left    bigint := max_messages;
+    v_count   bigint;
+    v_total   bigint := 0;
+BEGIN
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF target_queue IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pgmq.meta m WHERE m.queue_name = redrive.target_queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', target_queue);
+    END IF;
+    SELECT m.queue_name INTO v_name FROM pgmq.meta m
+    WHERE lower(m.queue_name) = lower(redrive.dead_letter_queue)
+    ORDER BY m.queue_name = redrive.dead_letter_queue DESC LIMIT 1;
+    -- One pass per destination queue, oldest first within each.
+    FOR v_target IN SELECT target_queue WHERE target_queue IS NOT NULL
+                    UNION ALL
+                    SELECT DISTINCT o.source_queue::text FROM pgmq.dead_letter_origins o
+                    WHERE target_queue IS NULL AND o.queue_name = v_name AND o.source_queue IS NOT NULL
+                      AND pgmq._queue_privilege(o.source_queue, 'INSERT')
+    LOOP
+        EXIT WHEN v_left IS NOT NULL AND v_left <= 0;
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(redrive.dead_letter_queue)) AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_target);
+        END IF;
+        EXECUTE format(
+            $q$WITH picked AS (
+                SELECT q.msg_id FROM pgmq.%1$I q
+                WHERE $1::text IS NOT NULL
+                   OR EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                              WHERE o.queue_name = $4 AND o.msg_id = q.msg_id AND o.source_queue = $2)
+                ORDER BY q.msg_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                DELETE FROM pgmq.%1$I d USING picked WHERE d.msg_id = picked.msg_id
+                RETURNING d.msg_id, d.message, d.headers
+            ), forgotten AS (
+                DELETE FROM pgmq.dead_letter_origins o USING moved
+                WHERE o.queue_name = $4 AND o.msg_id = moved.msg_id
+            )
+            INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+            SELECT clock_timestamp(), message, CASE WHEN headers->'x-pgmq-dead-letter' ? 'headers' THEN headers->'x-pgmq-dead-letter'->'headers'
+                                        ELSE nullif(headers - 'x-pgmq-dead-letter' - 'x-pgmq-last-error', '{}'::jsonb) END,
+                   coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+            FROM moved ORDER BY msg_id$q$,
+            v_dlq, pgmq._format_table_name(v_target, 'q'))
+        USING target_queue, v_target, v_left, v_name;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        v_left := v_left - v_count;
+    END LOOP;
+    -- Whatever has no recorded source (or one the caller may not send to) is left in place: say
+    -- so once nothing else is to move.
+    IF target_queue IS NULL AND (v_left IS NULL OR v_left > 0) THEN
+        EXECUTE format(
+            $q$SELECT count(*) FROM pgmq.%I q
+               WHERE NOT EXISTS (SELECT 1 FROM pgmq.dead_letter_origins o
+                                 WHERE o.queue_name = $1 AND o.msg_id = q.msg_id AND o.source_queue IS NOT NULL
+                                   AND pgmq._queue_privilege(o.source_queue, 'INSERT'))$q$,
+            v_dlq)
+        INTO v_count
+        USING v_name;
+        IF v_count > 0 THEN
+            RAISE NOTICE USING
+                MESSAGE = format('%s message(s) of "%s" have no recorded source queue you may send to and stay there', v_count, dead_letter_queue),
+                DETAIL = 'Sent to it directly, dead-lettered before pgmq 2.9.0 or by a role that may not send to their source, or from a queue you may not send to.',
+                HINT = 'Look at them, then redrive them with target_queue.';
+        END IF;
+    END IF;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.redrive(dead_letter_queue text, target_queue text, max_messages integer) IS 'Move messages from a dead-letter queue back (to target_queue, or each to the source queue recorded when it was dead-lettered; others stay, with a NOTICE), oldest first, attempts reset, headers as sent; returns how many moved.';
+
+CREATE OR REPLACE FUNCTION pgmq._record_failure(queue_name text, msg_id bigint, attempts integer, reason text, error text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_headers jsonb;
+    v_policy  pgmq.queue_settings;
+    v_back_at timestamptz;
+BEGIN
+    EXECUTE format('SELECT headers FROM pgmq.%I WHERE msg_id = $1', v_qtable)
+    INTO v_headers
+    USING msg_id;
+    SELECT * INTO v_policy FROM pgmq.queue_settings s
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_record_failure.queue_name)) AND s.retry_policy;
+    -- One clock reading: vt = last_read_at marks the message as no longer leased.
+    v_back_at := clock_timestamp() + CASE
+        WHEN v_policy.queue_name IS NULL THEN make_interval(secs => least(1 * power(2, least(greatest(attempts, 1), 30) - 1), 300))
+        ELSE make_interval(secs => pgmq._retry_delay(attempts, coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-retry-delay')
+                               WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                               WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                       THEN least(greatest((v_headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                          END, v_policy.retry_delay),
+                          v_policy.backoff_factor, v_policy.max_retry_delay)) END;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET read_ct = $2, vt = $3, last_read_at = $3,
+               headers = CASE WHEN $4::text IS NOT NULL AND (headers IS NULL OR (jsonb_typeof(headers) = 'object' AND headers <> '{}'::jsonb))
+                              THEN coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-last-error', $4::text)
+                              ELSE headers END
+           WHERE msg_id = $1$q$, v_qtable)
+    USING msg_id, attempts, v_back_at, error;
+    IF coalesce(attempts > coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, v_policy.max_retries), false) THEN
+        PERFORM pgmq._dead_letter(queue_name, ARRAY[msg_id], reason, error);
+    END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_read_ct integer;
+BEGIN
+    EXECUTE format('SELECT read_ct FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   pgmq._format_table_name(queue_name, 'q'))
+    INTO v_read_ct
+    USING msg_id;
+    IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
+        RETURN false;
+    END IF;
+    -- A lease already counted this delivery in read_ct; a nack of a message nobody read
+    -- still counts as one failed attempt.
+    PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
+    -- saturating: a consumer may write a row itself (row security lets it count), and a count
+    -- that overflowed would stop every later dead-lettering of the queue
+    UPDATE pgmq.queue_counters AS c
+    SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) 1)
+                 THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) 1 END
+    WHERE c.ctid OPERATOR(pg_catalog.=) (
+        SELECT f.ctid FROM pgmq.queue_counters f
+        WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)))
+          AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
+        LIMIT 1 FOR UPDATE SKIP LOCKED);
+    IF NOT FOUND THEN
+        INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+        SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
+        FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name))) AS name) q
+        WHERE q.name IS NOT NULL;
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer DEFAULT 0)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_max   integer;
+    v_count bigint;
+BEGIN
+    IF vt IS NULL OR vt < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'vt must be a non-negative number of seconds';
+    END IF;
+    IF extra_retries IS NULL OR extra_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'extra_retries cannot be negative';
+    END IF;
+    SELECT s.max_retries INTO v_max FROM pgmq.queue_settings s
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(checkpoint.queue_name)) AND s.retry_policy;
+    EXECUTE format(
+        $q$UPDATE pgmq.%I
+           SET message = $2,
+               vt = clock_timestamp() + make_interval(secs => $3),
+               headers = CASE
+                   WHEN $4 = 0 OR coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5) IS NULL THEN headers
+                   -- saturating: the sum is an integer header that send would accept
+                   ELSE coalesce(headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-max-retries',
+                        least(coalesce(CASE jsonb_typeof(headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, $5)::bigint + $4, 2147483647)) END
+           WHERE msg_id = $1 AND vt > clock_timestamp()$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    USING msg_id, msg, vt, extra_retries, v_max;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.checkpoint(queue_name text, msg_id bigint, msg jsonb, vt integer, extra_retries integer) IS 'Replace the payload of an in-flight (leased) message, extend its lease to vt seconds from now and allow extra_retries more deliveries. False when the message is not in flight.';
+
+CREATE OR REPLACE FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb DEFAULT NULL::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF confirm_within IS NULL OR confirm_within <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'confirm_within must be a positive number of seconds';
+    END IF;
+    IF headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+        IF headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-ttl' OR (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-max-retries' OR (headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                        AND coalesce(NOT headers ? 'x-pgmq-retry-delay' OR (headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(headers);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_reserved.queue_name)) AND s.message_limits) THEN
+                PERFORM pgmq._note_message_limits(send_reserved.queue_name);
+            END IF;
+        ELSIF NOT (coalesce(NOT headers ? 'x-pgmq-priority' OR (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+            PERFORM pgmq._check_headers(headers);
+        END IF;
+        IF coalesce(CASE jsonb_typeof(headers->'x-pgmq-priority')
+         WHEN 'number' THEN least(greatest((headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+         WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                 THEN least(greatest((headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) <> 0 THEN
+            IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_reserved.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                PERFORM pgmq._note_priorities(send_reserved.queue_name);
+            END IF;
+        END IF;
+    END IF;
+    EXECUTE format(
+        $q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ('infinity', $1, $2, coalesce(CASE jsonb_typeof($2->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest(($2->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN ($2->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest(($2->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
+RETURNING msg_id$q$,
+        pgmq._format_table_name(queue_name, 'q'))
+    INTO v_id
+    USING msg, coalesce(headers, '{}'::jsonb) || jsonb_build_object(
+        'x-pgmq-confirm-by', clock_timestamp() + make_interval(secs => confirm_within));
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_reserved(queue_name text, msg jsonb, confirm_within integer, headers jsonb) IS 'Send a message that is delivered only once confirmed with confirm() within confirm_within seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.expire_messages(queue_name text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue  text;
+    v_ttl    integer;
+    v_ids    bigint[];
+    v_count  bigint;
+    v_total  bigint := 0;
+BEGIN
+    FOR v_queue, v_ttl IN
+        SELECT m.queue_name, s.message_ttl
+        FROM pgmq.meta m
+        LEFT JOIN pgmq.queue_settings s ON s.queue_name = m.queue_name
+        WHERE expire_messages.queue_name IS NULL OR (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(expire_messages.queue_name))
+        ORDER BY m.queue_name
+    LOOP
+        -- the table locked first (the lock order, _macros/lifecycle.sql.j2); a queue whose table
+        -- is gone (dropped meanwhile, or a catalog row left behind) is skipped
+        CONTINUE WHEN NOT pgmq._lock_queue(v_queue);
+        EXECUTE format(
+            $q$SELECT array_agg(msg_id) FROM (
+                SELECT msg_id FROM pgmq.%I
+                WHERE vt <> 'infinity'
+                  AND coalesce(enqueued_at
+                               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->'x-pgmq-ttl')
+                                                                                       WHEN 'number' THEN least(greatest((headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                       WHEN 'string' THEN CASE WHEN (headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                               THEN least(greatest((headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                  END, $1)), false)
+                FOR UPDATE SKIP LOCKED) e$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        INTO v_ids
+        USING v_ttl;
+        IF v_ids IS NOT NULL THEN
+            v_total := v_total + pgmq._dead_letter(v_queue, v_ids, 'ttl');
+        END IF;
+        EXECUTE format(
+            $q$DELETE FROM pgmq.%I
+               WHERE vt = 'infinity' AND pgmq._confirm_by(headers) <= clock_timestamp()$q$,
+            pgmq._format_table_name(v_queue, 'q'));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM pgmq.dedup_keys k
+        WHERE k.queue_name = v_queue AND k.expires_at <= clock_timestamp();
+        -- origins of dead letters consumed since (msg_ids only grow: those below the oldest left)
+        EXECUTE format(
+            $q$DELETE FROM pgmq.dead_letter_origins o
+               WHERE o.queue_name = $1
+                 AND o.msg_id < coalesce((SELECT msg_id FROM pgmq.%I ORDER BY msg_id LIMIT 1), 9223372036854775807)$q$,
+            pgmq._format_table_name(v_queue, 'q'))
+        USING v_queue;
+    END LOOP;
+    RETURN v_total;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.expire_messages(queue_name text) IS 'Dead-letter messages past their TTL, drop unconfirmed reservations and expired dedup keys, for one queue or all; returns how many messages were moved or dropped. Safe to run from cron.';
+
+CREATE OR REPLACE FUNCTION pgmq._claim_message(queue_name text, hfilter jsonb, pfilter jsonb, only_msg_id bigint, kinds text[] DEFAULT NULL::text[])
+RETURNS pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_policy pgmq.queue_settings;
+    v_rel    bigint;  -- the table's oid, the claims' key (judged queues only)
+    v_judged boolean;
+    v_done   bigint[] := '{}';
+    v_id     bigint;
+    v_row    record;
+    v_result pgmq.message_record;
+    v_first  text;  -- the first sort key: priority only where the queue has its index
+    v_plain  boolean := only_msg_id IS NULL AND hfilter IS NULL AND pfilter IS NULL AND kinds IS NULL;
+BEGIN
+    SELECT * INTO v_policy FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_claim_message.queue_name));
+    IF v_policy.paused THEN
+        RETURN NULL;  -- paused (features/ops): consumers get nothing
+    END IF;
+    IF format_type(v_policy.payload_type, NULL) <> ALL (kinds) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, not %s', queue_name, v_policy.payload_type,
+                             array_to_string(kinds, ' or '));
+    END IF;
+    -- rows are judged by the delivery rules when the queue or its messages have retry rules
+    v_judged := coalesce(v_policy.retry_policy OR v_policy.message_limits, false);
+    -- (ORDER BY msg_id, msg_id is msg_id order: the planner drops the repeated key)
+    v_first := CASE WHEN v_policy.priorities THEN 'priority' ELSE 'msg_id' END;
+    IF v_judged THEN
+        v_rel := format('pgmq.%I', v_qtable)::regclass::oid::bigint;
+    END IF;
+    LOOP
+        IF NOT v_judged AND v_plain THEN
+            -- no retry rules and no filters (dispatch): the claim's static path, planned once
+            -- per session (static_paths.sql.j2); the same statement as below
+            IF v_policy.priorities THEN
+                SELECT * INTO v_row FROM pgmq._static_claim_next_ranked(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            ELSE
+                SELECT * INTO v_row FROM pgmq._static_claim_next(v_done, v_policy.message_ttl, queue_name)
+                    AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone, vt timestamp with time zone, message jsonb, headers jsonb, failed text, expired boolean);
+            END IF;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSIF NOT v_judged THEN
+            -- no retry rules: no trace to judge, so the row lock is the claim (one statement)
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          NULL::text AS failed,
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $6)), false) AS expired
+                   FROM pgmq.%I
+                   WHERE vt <= clock_timestamp()
+                         AND ($1::bigint IS NULL OR msg_id = $1)
+                         AND msg_id <> ALL ($2)
+                         AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                  'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                         AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                         AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                   ORDER BY %2$I, msg_id
+                   LIMIT 1
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable, v_first)
+            INTO v_row
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, v_policy.message_ttl;
+            IF v_row.msg_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_row.msg_id;
+        ELSE
+            -- claim the next candidate first, then judge it (see claim() in _macros/delivery.sql.j2)
+            EXECUTE format(
+                $q$SELECT c.msg_id
+                   FROM (
+                       SELECT msg_id
+                       FROM pgmq.%I
+                       WHERE vt <= clock_timestamp()
+                             AND ($1::bigint IS NULL OR msg_id = $1)
+                             AND msg_id <> ALL ($2)
+                             AND ($3::jsonb IS NULL OR jsonb_build_object('msg_id', msg_id, 'priority', priority,
+                                      'read_ct', read_ct, 'enqueued_at', enqueued_at) @> $3)
+                             AND ($4::jsonb IS NULL OR coalesce(headers, '{}'::jsonb) @> $4)
+                             AND ($5::text[] IS NULL OR coalesce(headers->>'x-pgmq-payload', 'jsonb') = ANY ($5))
+                         AND NOT (($6 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = 'in progress'))
+                       ORDER BY %2$I, msg_id
+                       LIMIT 2 * 1::bigint + 32
+                   ) c
+                   WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, $7::bigint))
+                   LIMIT 1$q$, v_qtable, v_first)
+            INTO v_id
+            USING only_msg_id, v_done, hfilter, pfilter, kinds, coalesce(v_policy.retry_policy, false), v_rel;
+            IF v_id IS NULL THEN
+                RETURN NULL;
+            END IF;
+            v_done := v_done || v_id;
+            EXECUTE format(
+                $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers,
+                          CASE WHEN NOT ($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                               WHEN (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'aborted') THEN 'rollback'
+                               WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN 'expired' END AS failed,
+                          coalesce(enqueued_at
+                                   < clock_timestamp() - make_interval(secs => coalesce(CASE WHEN headers ? 'x-pgmq-ttl' THEN pgmq._int_header(headers, 'x-pgmq-ttl') END, $3)), false) AS expired
+                   FROM pgmq.%I
+                   WHERE msg_id = $1
+                     AND vt <= clock_timestamp()
+                     AND NOT (($2 OR coalesce(headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (xmax <> '0'::xid AND pgmq._xid_status(xmax::text::bigint) = 'committed since'))
+                   FOR UPDATE SKIP LOCKED$q$, v_qtable)
+            INTO v_row
+            USING v_id, coalesce(v_policy.retry_policy, false), v_policy.message_ttl;
+        END IF;
+        CONTINUE WHEN v_row.msg_id IS NULL;  -- taken meanwhile, or locked by someone else
+
+        IF v_row.expired THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'ttl');
+            CONTINUE;
+        END IF;
+        IF v_row.failed IS NOT NULL THEN
+            PERFORM pgmq._record_failure(queue_name, v_row.msg_id, CASE WHEN v_row.failed = 'rollback' AND NOT coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN least(v_row.read_ct, 2147483646) + 1 ELSE v_row.read_ct END, v_row.failed);
+            CONTINUE;
+        END IF;
+        IF coalesce(v_row.read_ct > coalesce(CASE jsonb_typeof(v_row.headers->'x-pgmq-max-retries')
+              WHEN 'number' THEN least(greatest((v_row.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+              WHEN 'string' THEN CASE WHEN (v_row.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                      THEN least(greatest((v_row.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+         END, CASE WHEN v_policy.retry_policy THEN v_policy.max_retries END), false) THEN
+            PERFORM pgmq._dead_letter(queue_name, ARRAY[v_row.msg_id], 'expired');
+            CONTINUE;
+        END IF;
+        v_result := (v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers)::pgmq.message_record;
+        RETURN v_result;
+    END LOOP;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- the index passes do not count groups: count what the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_rr.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_head.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    IF cardinality(v_claimed) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        ELSE
+            RETURN QUERY EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                      AND q.vt <= $3
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                ORDER BY kept.pos
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+CREATE OR REPLACE FUNCTION pgmq._payload_type_of(queue_name text)
+RETURNS regtype
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_type regtype;
+BEGIN
+    SELECT s.payload_type INTO v_type FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_payload_type_of.queue_name));
+    IF v_type IS NULL THEN
+        v_type := 'jsonb'::regtype;
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_payload_type_of.queue_name))) THEN
+            IF _payload_type_of.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', _payload_type_of.queue_name);
+        END IF;
+    END IF;
+    RETURN v_type;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable text := pgmq._format_table_name(queue_name, 'q');
+    v_kind   "char";
+    v_old    regtype;
+    v_new    regtype := set_payload_type.payload_type;
+    v_busy   boolean;
+    v_source text;
+    v_untrusted text;
+BEGIN
+    IF set_payload_type.payload_type IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload_type cannot be NULL';
+    END IF;
+    SELECT t.typtype INTO v_kind FROM pg_catalog.pg_type t WHERE t.oid = set_payload_type.payload_type;
+    IF v_kind = 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s is a pseudo-type and cannot be a payload type', set_payload_type.payload_type);
+    END IF;
+    v_untrusted := pgmq._payload_type_untrusted(set_payload_type.payload_type);
+    IF v_untrusted IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('payload type %s is not trusted: %s', v_new, v_untrusted),
+            HINT = 'A payload type and everything its input runs must belong to a superuser or the extension''s owner (README "Security").';
+    END IF;
+
+    PERFORM pgmq.acquire_queue_lock(queue_name);
+    v_old := pgmq._payload_type_of(queue_name);
+    IF v_old = v_new THEN
+        RETURN;
+    END IF;
+    -- The strongest lock first (ALTER TABLE needs it anyway): no send slips in after the check.
+    EXECUTE format('LOCK TABLE pgmq.%I IN ACCESS EXCLUSIVE MODE', v_qtable);
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pgmq.%I)', v_qtable) INTO v_busy;
+    IF v_busy THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('queue "%s" holds messages: its payload type (%s) can change only while it is empty',
+                             queue_name, v_old),
+            HINT = 'Consume or purge its messages first.';
+    END IF;
+
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._set_payload_check(queue_name, nullif(v_new, 'jsonb'::regtype));
+    -- Dead letters must still fit where they go, both ways (checked on the new settings; an
+    -- error undoes them).
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower((SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy))) AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             (SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy),
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower((SELECT s.dead_letter_queue FROM pgmq.queue_settings s WHERE s.queue_name = set_payload_type.queue_name AND s.retry_policy)))),
+                             set_payload_type.queue_name,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))), 'jsonb'));
+    END IF;
+    FOR v_source IN SELECT s.queue_name FROM pgmq.queue_settings s
+                    WHERE s.dead_letter_queue = set_payload_type.queue_name AND s.retry_policy
+                    ORDER BY s.queue_name LOOP
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+                   LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_source))
+                   WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name)) AND d.payload_type IS NOT NULL
+                     AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+            RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+                MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                                 set_payload_type.queue_name,
+                                 (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_payload_type.queue_name))),
+                                 v_source,
+                                 coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                           WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_source))), 'jsonb'));
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_payload_type(queue_name text, payload_type regtype) IS 'Fix the payload type of a queue (jsonb: untyped, the default). The queue must be empty (55000). Other payloads are then refused: the typed functions raise 42804, upstream''s send and send_batch fail the table''s CHECK constraint pgmq_payload_type (23514). Any type but a pseudo-type; values travel by their text form (bytea as base64).';
+
+CREATE OR REPLACE FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb DEFAULT NULL::jsonb, delay integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_held    regtype;
+    v_given   regtype := pg_typeof(payload);
+    v_message jsonb;
+    v_headers jsonb;
+    v_vt      timestamp with time zone;
+    v_id      bigint;
+BEGIN
+    SELECT s.payload_type INTO v_held FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name));
+    IF v_held IS NULL THEN
+        v_held := 'jsonb'::regtype;
+        IF NOT EXISTS (SELECT FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name))) THEN
+            IF send_payload.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', send_payload.queue_name);
+        END IF;
+    END IF;
+    IF v_held <> v_given THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.oid = v_held) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('payload type %s of queue "%s" no longer exists', v_held::oid, queue_name),
+                HINT = 'Purge the queue, then set_payload_type a type again.';
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('queue "%s" holds %s payloads, got %s', queue_name, v_held, v_given);
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload cannot be NULL';
+    END IF;
+    IF send_payload.headers IS NOT NULL AND jsonb_typeof(send_payload.headers) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object';
+    END IF;
+    IF v_given = 'jsonb'::regtype THEN
+        v_message := payload;
+        v_headers := send_payload.headers - 'x-pgmq-payload';
+    ELSE
+        IF v_given = 'bytea'::regtype THEN
+            v_message := to_jsonb(translate(encode(payload, 'base64'), E'\n', ''));
+        ELSIF v_given IN ('text'::regtype, 'character varying'::regtype, 'xml'::regtype) THEN
+            -- their text as stored (xml output would drop the declaration): no setting changes it
+            v_message := to_jsonb(payload::text);
+        ELSE
+            v_message := pgmq._encode_payload_io(payload);
+        END IF;
+        v_headers := coalesce(send_payload.headers, '{}'::jsonb) || jsonb_build_object('x-pgmq-payload', format_type(v_given, NULL));
+    END IF;
+    IF delay < 0 THEN
+        RAISE EXCEPTION 'delay cannot be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_vt := clock_timestamp() + make_interval(secs => delay);
+    IF send_payload.headers IS NULL THEN
+        -- the marker alone (jsonb: no header at all): nothing to check, no dedup key (~2.5 us a send)
+        v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+    ELSE
+        IF v_headers ?| ARRAY['x-pgmq-priority', 'x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+            IF v_headers ?| ARRAY['x-pgmq-ttl', 'x-pgmq-max-retries', 'x-pgmq-retry-delay'] THEN
+                IF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-ttl' OR (v_headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-max-retries' OR (v_headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)
+                            AND coalesce(NOT v_headers ? 'x-pgmq-retry-delay' OR (v_headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                    PERFORM pgmq._check_headers(v_headers);
+                END IF;
+                IF NOT EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(send_payload.queue_name)) AND s.message_limits) THEN
+                    PERFORM pgmq._note_message_limits(send_payload.queue_name);
+                END IF;
+            ELSIF NOT (coalesce(NOT v_headers ? 'x-pgmq-priority' OR (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]{1,9}\s*$', false)) THEN
+                PERFORM pgmq._check_headers(v_headers);
+            END IF;
+            IF coalesce(CASE jsonb_typeof(v_headers->'x-pgmq-priority')
+             WHEN 'number' THEN least(greatest((v_headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+             WHEN 'string' THEN CASE WHEN (v_headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                                     THEN least(greatest((v_headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+        END, 0) <> 0 THEN
+                IF NOT (to_regclass('pgmq.' || quote_ident(lower('q_' || send_payload.queue_name) || '_priority_idx')) IS NOT NULL) THEN
+                    PERFORM pgmq._note_priorities(send_payload.queue_name);
+                END IF;
+            END IF;
+        END IF;
+        IF v_headers ? 'x-pgmq-dedup-id' THEN
+            -- Sent unless the key is live within the queue's dedup window; then the message it made.
+            -- Concurrent senders of one key serialise on the key's unique index: one message results.
+            -- An unknown queue fails as a plain send does (its table does not exist).
+            v_id := pgmq._static_send_dedup(v_vt, v_message, v_headers, v_headers->>'x-pgmq-dedup-id', send_payload.queue_name);
+            IF v_id IS NULL THEN
+                v_id := pgmq._dedup_msg_id(send_payload.queue_name, v_headers->>'x-pgmq-dedup-id');
+            END IF;
+        ELSE
+            v_id := pgmq._static_send(v_vt, v_message, v_headers, send_payload.queue_name);
+        END IF;
+    END IF;
+    RETURN v_id;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
+
+CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass;
+    v_a       regclass;
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_ages    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
+
+    v_msgs := pgmq._count_messages(v_qtable);
+    v_est := v_msgs.estimated;
+
+    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
+    EXECUTE format(
+        -- epochs, not timestamps, subtracted: an infinite enqueued_at (a row written around send)
+        -- gives an infinite age rather than an error
+        $q$SELECT (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
+                  (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
+        v_qtable)
+    INTO v_ages
+    USING v_now;
+
+    -- counted for a caller that may read it (a queue's readers need not: NULL then)
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
+       AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_class c
+            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
+                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(source_queue, 'q');
+    PERFORM pgmq._format_table_name(target_queue, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
+        IF move_messages.source_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
+    END IF;
+    IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
+        IF move_messages.target_queue IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
+    END IF;
+    IF source_queue = target_queue THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'source_queue and target_queue must differ';
+    END IF;
+    IF max_messages < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_messages cannot be negative';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings d
+               LEFT JOIN pgmq.queue_settings s ON (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))
+               WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue)) AND d.payload_type IS NOT NULL
+                 AND d.payload_type IS DISTINCT FROM s.payload_type) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('dead-letter queue "%s" holds %s payloads, queue "%s" holds %s payloads',
+                             move_messages.target_queue,
+                             (SELECT d.payload_type FROM pgmq.queue_settings d WHERE (pg_catalog.lower(d.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue))),
+                             move_messages.source_queue,
+                             coalesce((SELECT s.payload_type FROM pgmq.queue_settings s
+                                       WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))), 'jsonb'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s
+               WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)) AND s.message_limits) THEN
+        PERFORM pgmq._note_message_limits(target_queue);  -- their limits keep applying
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)) AND s.priorities) THEN
+        PERFORM pgmq._note_priorities(move_messages.target_queue);
+    END IF;
+    -- One statement: a message is always in exactly one of the two queues.
+    EXECUTE format(
+        $q$WITH picked AS (
+            SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+            ORDER BY msg_id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            DELETE FROM pgmq.%1$I m WHERE m.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+            RETURNING m.msg_id, m.message, m.headers, m.priority
+        )
+        INSERT INTO pgmq.%2$I (vt, message, headers, priority)
+        SELECT clock_timestamp(), message, headers, priority
+        FROM moved ORDER BY msg_id$q$,
+        pgmq._format_table_name(source_queue, 'q'), pgmq._format_table_name(target_queue, 'q'))
+    USING max_messages;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.11.0--2.12.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
