@@ -1815,7 +1815,7 @@ AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
     IF NOT (CASE WHEN pgmq._lock_queue(enable_priorities.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = enable_priorities.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(enable_priorities.queue_name))) ELSE false END) THEN
         IF enable_priorities.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -1823,6 +1823,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(enable_priorities.queue_name)));
     PERFORM pgmq._note_priorities(queue_name);
 END;
 $fn$;
@@ -4072,8 +4073,8 @@ $fn$;
 -- queue exists. Never waits: when another transaction is rebuilding, that one's result stands and
 -- a queue it missed heals on its next call. SECURITY DEFINER: the paths are the extension
 -- owner's; what it writes depends on pgmq.meta alone, so anyone may ask.
--- Nothing is written when the paths already hold what it would write: the routed queues' names
--- and msg_id sequences, whose md5 each rebuild leaves in the paths. Rewriting ~25 functions of
+-- Nothing is written when every path already holds what it would write: the routed queues'
+-- names and msg_id sequences, whose md5 each rebuild leaves in the paths. Rewriting ~25 functions of
 -- 100 branches cost every create and drop 0.2-0.9 s once a database held 50 queues (a queue
 -- past the first 100 by name changes nothing), and every session then recompiled the paths.
 CREATE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
@@ -4112,9 +4113,11 @@ BEGIN
          WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
                     FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
     v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc f
-               WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
-                 AND f.proname = '_static_send' AND strpos(f.prosrc, v_sig) > 0) THEN
+    -- every path: an upgrade replaces only the paths whose text changed, with empty ones
+    IF (SELECT count(DISTINCT f.proname) FROM pg_catalog.pg_proc f
+        WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+          AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+          AND strpos(f.prosrc, v_sig) > 0) = 31 THEN
         RETURN;
     END IF;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -6952,7 +6955,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_retry_policy.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name))) ELSE false END) THEN
         IF set_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6960,6 +6963,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name)));
     IF max_retries < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
     END IF;
@@ -6993,7 +6997,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(remove_retry_policy.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = remove_retry_policy.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(remove_retry_policy.queue_name))) ELSE false END) THEN
         IF remove_retry_policy.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -7001,6 +7005,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(remove_retry_policy.queue_name)));
     UPDATE pgmq.queue_settings s
     SET retry_policy = false, max_retries = NULL, retry_delay = 0, backoff_factor = 1,
         max_retry_delay = NULL, dead_letter_queue = NULL
@@ -7018,7 +7023,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_dedup_window.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name))) ELSE false END) THEN
         IF set_dedup_window.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -7026,6 +7031,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name)));
     IF seconds IS NULL OR seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
     END IF;
@@ -7044,7 +7050,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = set_message_ttl.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name))) ELSE false END) THEN
         IF set_message_ttl.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -7052,6 +7058,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name)));
     IF seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
     END IF;
@@ -7179,7 +7186,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(_check_dead_letter_queue.dead_letter_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue))) ELSE false END) THEN
         IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -7187,7 +7194,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', _check_dead_letter_queue.dead_letter_queue);
     END IF;
-    IF dead_letter_queue = queue_name THEN
+    dead_letter_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue)));
+    IF (pg_catalog.lower(dead_letter_queue) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'a queue cannot be its own dead-letter queue';
     END IF;
@@ -7222,9 +7230,14 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- the names as the catalog spells them, whichever spelling the writer used (same_queue)
+    IF TG_OP = 'INSERT' OR NEW.queue_name IS DISTINCT FROM OLD.queue_name THEN
+        NEW.queue_name := coalesce((SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(NEW.queue_name))), NEW.queue_name);
+    END IF;
     IF TG_OP = 'INSERT' OR NEW.dead_letter_queue IS DISTINCT FROM OLD.dead_letter_queue
        OR NEW.dead_letter_set_by IS DISTINCT FROM OLD.dead_letter_set_by THEN
         IF NEW.dead_letter_queue IS NOT NULL THEN
+            NEW.dead_letter_queue := coalesce((SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(NEW.dead_letter_queue))), NEW.dead_letter_queue);
             PERFORM pgmq._check_dead_letter_queue(NEW.queue_name, NEW.dead_letter_queue);
             NEW.dead_letter_set_by := current_user;
         ELSE
@@ -8075,7 +8088,7 @@ DECLARE
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');
     IF NOT (CASE WHEN pgmq._lock_queue(ack_ranges.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = ack_ranges.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(ack_ranges.queue_name))) ELSE false END) THEN
         IF ack_ranges.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -8083,6 +8096,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', ack_ranges.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(ack_ranges.queue_name)));
     IF first_ids IS NULL OR last_ids IS NULL OR archive IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
             MESSAGE = 'first_ids, last_ids and archive cannot be NULL';
@@ -14561,7 +14575,7 @@ DECLARE
     v_owner    name;
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(q_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = q_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name))) ELSE false END) THEN
         IF q_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -14569,6 +14583,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', q_name);
     END IF;
+    q_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name)));
     IF proc IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_function',
             MESSAGE = format('callback procedure %s does not exist', callback),
@@ -15194,7 +15209,7 @@ DECLARE
     v_changed boolean;
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = pause.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name))) ELSE false END) THEN
         IF pause.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15202,6 +15217,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', pause.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name)));
     IF NOT pgmq._owns_queue(queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -15224,7 +15240,7 @@ DECLARE
     v_changed boolean;
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(resume.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = resume.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(resume.queue_name))) ELSE false END) THEN
         IF resume.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15232,6 +15248,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', resume.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(resume.queue_name)));
     IF NOT pgmq._owns_queue(queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -15517,7 +15534,7 @@ BEGIN
     IF queue_name IS NOT NULL THEN
         PERFORM pgmq._format_table_name(queue_name, 'q');
         IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
-                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = queue_metrics.queue_name) ELSE false END) THEN
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_metrics.queue_name))) ELSE false END) THEN
             IF queue_metrics.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -15525,6 +15542,7 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
         END IF;
+        queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_metrics.queue_name)));
         IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
                 MESSAGE = format('permission denied for queue "%s"', queue_name);
@@ -15556,7 +15574,7 @@ AS $fn$
 BEGIN
     PERFORM pgmq._format_table_name(queue_name, 'q');
     IF NOT (CASE WHEN pgmq._lock_queue(browse.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = browse.queue_name) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(browse.queue_name))) ELSE false END) THEN
         IF browse.queue_name IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15564,6 +15582,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', browse.queue_name);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(browse.queue_name)));
     IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
@@ -15592,7 +15611,7 @@ BEGIN
     PERFORM pgmq._format_table_name(source_queue, 'q');
     PERFORM pgmq._format_table_name(target_queue, 'q');
     IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))) ELSE false END) THEN
         IF move_messages.source_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15600,8 +15619,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
     END IF;
+    source_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)));
     IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue))) ELSE false END) THEN
         IF move_messages.target_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15609,6 +15629,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
     END IF;
+    target_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue)));
     IF source_queue = target_queue THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'source_queue and target_queue must differ';
@@ -15749,7 +15770,7 @@ BEGIN
     IF queue_name IS NOT NULL THEN
         PERFORM pgmq._format_table_name(queue_name, 'q');
         IF NOT (CASE WHEN pgmq._lock_queue(metrics_history.queue_name)
-                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = metrics_history.queue_name) ELSE false END) THEN
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(metrics_history.queue_name))) ELSE false END) THEN
             IF metrics_history.queue_name IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
             END IF;
@@ -15757,6 +15778,7 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'undefined_table',
                 MESSAGE = format('queue "%s" does not exist', metrics_history.queue_name);
         END IF;
+        queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(metrics_history.queue_name)));
         IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
                 MESSAGE = format('permission denied for queue "%s"', queue_name);
@@ -15793,7 +15815,7 @@ DECLARE
     v_role   oid;
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _set_queue_access.queue_name::text) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_set_queue_access.queue_name::text))) ELSE false END) THEN
         IF _set_queue_access.queue_name::text IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -15801,6 +15823,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name::text);
     END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_set_queue_access.queue_name::text)));
     v_caller := pgmq._proven_caller();
     IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';

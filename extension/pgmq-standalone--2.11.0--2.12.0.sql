@@ -69,14 +69,20 @@ CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (
 -- replace: pgmq.send_batch(text, jsonb[], jsonb[], integer)
 -- replace: pgmq._note_priorities(text)
 -- replace: pgmq._enable_priorities_for(text)
+-- replace: pgmq.enable_priorities(text)
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.read_unordered(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
 -- replace: pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 -- replace: pgmq._rebuild_static_paths(text)
+-- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
+-- replace: pgmq.remove_retry_policy(text)
+-- replace: pgmq.set_dedup_window(text, integer)
+-- replace: pgmq.set_message_ttl(text, integer)
 -- replace: pgmq._note_message_limits(text)
 -- replace: pgmq._flag_message_limits(text)
 -- replace: pgmq._check_dead_letter_queue(text, text)
+-- replace: pgmq._check_queue_settings()
 -- replace: pgmq._dead_letter(text, bigint[], text, text)
 -- replace: pgmq.redrive(text, text, integer)
 -- replace: pgmq._record_failure(text, bigint, integer, text, text)
@@ -85,14 +91,22 @@ CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (
 -- replace: pgmq.send_reserved(text, jsonb, integer, jsonb)
 -- replace: pgmq.expire_messages(text)
 -- replace: pgmq._claim_message(text, jsonb, jsonb, bigint, text[])
+-- replace: pgmq.ack_ranges(text, bigint[], bigint[], timestamp with time zone[], boolean)
 -- replace: pgmq.read_grouped(text, integer, integer)
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._payload_type_of(text)
 -- replace: pgmq.set_payload_type(text, regtype)
 -- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
+-- replace: pgmq._register_callback(text, regprocedure, text, text)
+-- replace: pgmq.pause(text)
+-- replace: pgmq.resume(text)
 -- replace: pgmq._queue_metrics_of(text)
+-- replace: pgmq.queue_metrics(text)
+-- replace: pgmq.browse(text, bigint, integer, boolean)
 -- replace: pgmq.move_messages(text, text, integer)
+-- replace: pgmq.metrics_history(text, timestamp with time zone)
+-- replace: pgmq._set_queue_access(name, name, boolean)
 
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
@@ -783,6 +797,30 @@ REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
 
+CREATE OR REPLACE FUNCTION pgmq.enable_priorities(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');  -- a bad name says so first
+    IF NOT (CASE WHEN pgmq._lock_queue(enable_priorities.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(enable_priorities.queue_name))) ELSE false END) THEN
+        IF enable_priorities.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', enable_priorities.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(enable_priorities.queue_name)));
+    PERFORM pgmq._note_priorities(queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.enable_priorities(queue_name text) IS 'Make a queue serve messages in priority order from now on: builds its (priority, msg_id) index. The first message sent with a priority does this by itself, in its own transaction, which then holds a lock that stops the queue''s other producers and consumers until it commits; call this first on a busy queue. Idempotent.';
+
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -1273,9 +1311,11 @@ BEGIN
          WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
                     FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
     v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc f
-               WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
-                 AND f.proname = '_static_send' AND strpos(f.prosrc, v_sig) > 0) THEN
+    -- every path: an upgrade replaces only the paths whose text changed, with empty ones
+    IF (SELECT count(DISTINCT f.proname) FROM pg_catalog.pg_proc f
+        WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+          AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+          AND strpos(f.prosrc, v_sig) > 0) = 31 THEN
         RETURN;
     END IF;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -3936,6 +3976,128 @@ REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
 
+CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name))) ELSE false END) THEN
+        IF set_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name)));
+    IF max_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
+    END IF;
+    IF retry_delay IS NULL OR retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retry_delay must be a non-negative number of seconds';
+    END IF;
+    IF backoff_factor IS NULL OR backoff_factor < 1 OR backoff_factor = 'NaN'::float8 OR backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'backoff_factor must be a finite number >= 1';
+    END IF;
+    IF max_retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
+    END IF;
+    -- the dead-letter queue is checked by the table itself (_check_queue_settings)
+    INSERT INTO pgmq.queue_settings AS s
+        (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+        SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
+            backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
+            dead_letter_queue = EXCLUDED.dead_letter_queue, dead_letter_set_by = EXCLUDED.dead_letter_set_by;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
+
+CREATE OR REPLACE FUNCTION pgmq.remove_retry_policy(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(remove_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(remove_retry_policy.queue_name))) ELSE false END) THEN
+        IF remove_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', remove_retry_policy.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(remove_retry_policy.queue_name)));
+    UPDATE pgmq.queue_settings s
+    SET retry_policy = false, max_retries = NULL, retry_delay = 0, backoff_factor = 1,
+        max_retry_delay = NULL, dead_letter_queue = NULL
+    WHERE s.queue_name = remove_retry_policy.queue_name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.remove_retry_policy(queue_name text) IS 'Remove a queue''s retry policy: it behaves like upstream PGMQ again.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name))) ELSE false END) THEN
+        IF set_dedup_window.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name)));
+    IF seconds IS NULL OR seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
+
+CREATE OR REPLACE FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name))) ELSE false END) THEN
+        IF set_message_ttl.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name)));
+    IF seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
+
 CREATE OR REPLACE FUNCTION pgmq._note_message_limits(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -3990,7 +4152,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF NOT (CASE WHEN pgmq._lock_queue(_check_dead_letter_queue.dead_letter_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _check_dead_letter_queue.dead_letter_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue))) ELSE false END) THEN
         IF _check_dead_letter_queue.dead_letter_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -3998,7 +4160,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', _check_dead_letter_queue.dead_letter_queue);
     END IF;
-    IF dead_letter_queue = queue_name THEN
+    dead_letter_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_check_dead_letter_queue.dead_letter_queue)));
+    IF (pg_catalog.lower(dead_letter_queue) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_name)) THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'a queue cannot be its own dead-letter queue';
     END IF;
@@ -4018,6 +4181,39 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to send to dead-letter queue "%s"', dead_letter_queue);
     END IF;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._check_queue_settings()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- the names as the catalog spells them, whichever spelling the writer used (same_queue)
+    IF TG_OP = 'INSERT' OR NEW.queue_name IS DISTINCT FROM OLD.queue_name THEN
+        NEW.queue_name := coalesce((SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(NEW.queue_name))), NEW.queue_name);
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.dead_letter_queue IS DISTINCT FROM OLD.dead_letter_queue
+       OR NEW.dead_letter_set_by IS DISTINCT FROM OLD.dead_letter_set_by THEN
+        IF NEW.dead_letter_queue IS NOT NULL THEN
+            NEW.dead_letter_queue := coalesce((SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(NEW.dead_letter_queue))), NEW.dead_letter_queue);
+            PERFORM pgmq._check_dead_letter_queue(NEW.queue_name, NEW.dead_letter_queue);
+            NEW.dead_letter_set_by := current_user;
+        ELSE
+            NEW.dead_letter_set_by := NULL;
+        END IF;
+    ELSE
+        NEW.dead_letter_set_by := OLD.dead_letter_set_by;
+    END IF;
+    IF (CASE WHEN TG_OP = 'INSERT' THEN NEW.payload_type IS NOT NULL
+             ELSE NEW.payload_type IS DISTINCT FROM OLD.payload_type END)
+       AND NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the payload type of queue "%s" is set by set_payload_type only', NEW.queue_name);
+    END IF;
+    RETURN NEW;
 END;
 $fn$;
 
@@ -4612,6 +4808,76 @@ BEGIN
     END LOOP;
 END;
 $fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.ack_ranges(queue_name text, first_ids bigint[], last_ids bigint[], leases timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], archive boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(ack_ranges.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(ack_ranges.queue_name))) ELSE false END) THEN
+        IF ack_ranges.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', ack_ranges.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(ack_ranges.queue_name)));
+    IF first_ids IS NULL OR last_ids IS NULL OR archive IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'first_ids, last_ids and archive cannot be NULL';
+    END IF;
+    IF cardinality(first_ids) <> cardinality(last_ids)
+       OR (leases IS NOT NULL AND cardinality(leases) <> cardinality(first_ids)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('first_ids, last_ids and leases must have one element per range, got %s, %s and %s',
+                             cardinality(first_ids), cardinality(last_ids), coalesce(cardinality(leases)::text, 'NULL'));
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(first_ids, last_ids) AS r(first_id, last_id)
+               WHERE r.first_id IS NULL OR r.last_id IS NULL OR r.first_id > r.last_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'every range needs first_ids[i] <= last_ids[i], neither NULL';
+    END IF;
+    -- one statement for the batch; a range is an index range scan (custom plan: the planner
+    -- sees the arrays' lengths). A NULL leases array pads the ranges with NULL: no fence.
+    IF archive THEN
+        EXECUTE format(
+            $q$WITH moved AS (
+                DELETE FROM pgmq.%1$I q
+                USING unnest($1, $2, $3) AS r(first_id, last_id, lease)
+                WHERE q.msg_id BETWEEN r.first_id AND r.last_id AND (r.lease IS NULL OR q.vt = r.lease)
+                RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+            ), kept AS (
+                INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+                SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+                RETURNING 1
+            )
+            SELECT count(*) FROM kept$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        INTO v_count USING first_ids, last_ids, leases;
+    ELSE
+        EXECUTE format(
+            $q$WITH gone AS (
+                DELETE FROM pgmq.%1$I q
+                USING unnest($1, $2, $3) AS r(first_id, last_id, lease)
+                WHERE q.msg_id BETWEEN r.first_id AND r.last_id AND (r.lease IS NULL OR q.vt = r.lease)
+                RETURNING 1
+            )
+            SELECT count(*) FROM gone$q$,
+            pgmq._format_table_name(queue_name, 'q'))
+        INTO v_count USING first_ids, last_ids, leases;
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.ack_ranges(queue_name text, first_ids bigint[], last_ids bigint[], leases timestamp with time zone[], archive boolean) IS 'Delete (archive: move to the archive) the messages whose msg_id lies in one of the ranges first_ids[i]..last_ids[i] and, when leases[i] is not NULL, whose vt is still leases[i] (the lease a read gave); returns how many were finished.';
 
 CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
 RETURNS SETOF pgmq.message_record
@@ -6297,6 +6563,132 @@ $fn$;
 
 COMMENT ON FUNCTION pgmq.send_payload(queue_name text, payload anyelement, headers jsonb, delay integer) IS 'Send a payload of the queue''s payload type (42804 for another type; cast untyped literals, e.g. ''hi''::text); headers and delay (seconds) as for send. Returns the msg_id.';
 
+CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_existing text;
+    v_kind     "char";
+    v_args     oidvector;
+    v_owner    name;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(q_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name))) ELSE false END) THEN
+        IF q_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    q_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name)));
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    SELECT p.prokind, p.proargtypes, pg_catalog.pg_get_userbyid(p.proowner) INTO v_kind, v_args, v_owner
+    FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    IF v_kind <> 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('callback %s is not a procedure', proc),
+            HINT = 'Create it with CREATE PROCEDURE; dispatch runs it with CALL.';
+    END IF;
+    IF array_length(v_args::oid[], 1) IS DISTINCT FROM 1 OR v_args[0] <> 'jsonb'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
+    END IF;
+    -- The callback runs with the registrant's rights: it must be one the registrant may run.
+    IF NOT has_function_privilege(proc, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for procedure %s', proc),
+            HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
+    END IF;
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing IS NULL THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant, callback_owner)
+        VALUES (q_name, (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc), caller_search_path, current_user, v_owner);
+    ELSIF v_existing <> (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc) THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    ELSE  -- the same one again: approved again as it is now (its owner), its runner checked below
+        UPDATE pgmq.callbacks c SET callback_owner = v_owner
+        WHERE c.queue_name = q_name AND c.callback_owner IS DISTINCT FROM v_owner;
+    END IF;
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name))) ELSE false END) THEN
+        IF pause.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name)));
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE OR REPLACE FUNCTION pgmq.resume(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(resume.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(resume.queue_name))) ELSE false END) THEN
+        IF resume.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', resume.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(resume.queue_name)));
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgmq.queue_settings s SET paused = false
+    WHERE s.queue_name = resume.queue_name AND s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.resume(queue_name text) IS 'Hand out the queue''s messages again after pause(). Returns false when it was not paused.';
+
 CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
 RETURNS pgmq.queue_metrics_record
 LANGUAGE plpgsql
@@ -6400,6 +6792,82 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq.queue_metrics(queue_name text DEFAULT NULL::text)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(queue_metrics.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_metrics.queue_name))) ELSE false END) THEN
+            IF queue_metrics.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', queue_metrics.queue_name);
+        END IF;
+        queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(queue_metrics.queue_name)));
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
+            -- there (0A000, which a queue asked for by name gets)
+            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
+          OFFSET 0) q  -- OFFSET 0: filter before measuring
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+CREATE OR REPLACE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgmq._format_table_name(queue_name, 'q');
+    IF NOT (CASE WHEN pgmq._lock_queue(browse.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(browse.queue_name))) ELSE false END) THEN
+        IF browse.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', browse.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(browse.queue_name)));
+    IF qty IS NULL OR qty < 1 OR qty > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qty must be between 1 and 1000, got %s', coalesce(qty::text, 'NULL'));
+    END IF;
+    RETURN QUERY EXECUTE format(
+        $q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+           FROM pgmq.%I
+           WHERE msg_id > $1
+           ORDER BY msg_id
+           LIMIT $2$q$,
+        pgmq._format_table_name(queue_name, CASE WHEN coalesce(archived, false) THEN 'a' ELSE 'q' END))
+    USING coalesce(after_msg_id, 0), qty;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.browse(queue_name text, after_msg_id bigint, qty integer, archived boolean) IS 'Look at up to qty messages with msg_id > after_msg_id, in msg_id order, without leasing or counting them (archived: the archive''s). For message browsers: page by passing the last msg_id.';
+
 CREATE OR REPLACE FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer DEFAULT NULL::integer)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -6412,7 +6880,7 @@ BEGIN
     PERFORM pgmq._format_table_name(source_queue, 'q');
     PERFORM pgmq._format_table_name(target_queue, 'q');
     IF NOT (CASE WHEN pgmq._lock_queue(move_messages.source_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.source_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue))) ELSE false END) THEN
         IF move_messages.source_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6420,8 +6888,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.source_queue);
     END IF;
+    source_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.source_queue)));
     IF NOT (CASE WHEN pgmq._lock_queue(move_messages.target_queue)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = move_messages.target_queue) ELSE false END) THEN
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue))) ELSE false END) THEN
         IF move_messages.target_queue IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
         END IF;
@@ -6429,6 +6898,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_table',
             MESSAGE = format('queue "%s" does not exist', move_messages.target_queue);
     END IF;
+    target_queue := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(move_messages.target_queue)));
     IF source_queue = target_queue THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'source_queue and target_queue must differ';
@@ -6478,6 +6948,138 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.move_messages(source_queue text, target_queue text, max_messages integer) IS 'Move up to max_messages (NULL: all) visible messages, oldest first, to target_queue with their headers and priority (new msg_ids there); returns how many moved. Leased messages stay.';
+
+CREATE OR REPLACE FUNCTION pgmq.metrics_history(queue_name text DEFAULT NULL::text, since timestamp with time zone DEFAULT NULL::timestamp with time zone)
+RETURNS SETOF pgmq.metrics_history
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        PERFORM pgmq._format_table_name(queue_name, 'q');
+        IF NOT (CASE WHEN pgmq._lock_queue(metrics_history.queue_name)
+                     THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(metrics_history.queue_name))) ELSE false END) THEN
+            IF metrics_history.queue_name IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+            END IF;
+
+            RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+                MESSAGE = format('queue "%s" does not exist', metrics_history.queue_name);
+        END IF;
+        queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(metrics_history.queue_name)));
+        IF NOT pgmq._queue_privilege(queue_name, 'SELECT') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied for queue "%s"', queue_name);
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT h.*
+    FROM pgmq.metrics_history h
+    WHERE (metrics_history.queue_name IS NULL OR h.queue_name = metrics_history.queue_name)
+      AND (metrics_history.since IS NULL OR h.sampled_at >= metrics_history.since)
+    ORDER BY h.queue_name, h.sampled_at;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.metrics_history(queue_name text, since timestamp with time zone) IS 'The samples sample_metrics() recorded of one queue, or of every queue the caller may read (NULL), since a time (NULL: all kept), by queue and time.';
+
+CREATE OR REPLACE FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name;
+    v_owner  name;
+    v_obj    record;
+    v_role   oid;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(_set_queue_access.queue_name::text, changes_table => true)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_set_queue_access.queue_name::text))) ELSE false END) THEN
+        IF _set_queue_access.queue_name::text IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', _set_queue_access.queue_name::text);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_set_queue_access.queue_name::text)));
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name::text) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name::text USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT o.owner INTO v_owner FROM pgmq.queue_owners o WHERE o.queue_name = _set_queue_access.queue_name::text;
+    IF role_name IS NULL THEN
+        FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+            FOR v_role IN SELECT DISTINCT a.grantee
+                          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                          WHERE c.oid = to_regclass(format('pgmq.%I', v_obj.object_name))
+                            AND a.grantee <> c.relowner
+                            AND a.grantee NOT IN (SELECT r.oid FROM pg_catalog.pg_roles r
+                                                  WHERE r.rolname IN (v_owner, 'pg_monitor'))
+            LOOP
+                IF v_role = 0 THEN
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+                    END IF;
+                ELSE
+                    IF v_obj.kind = 'TABLE' THEN
+                        EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    ELSIF v_obj.kind = 'SEQUENCE' THEN
+                        EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_role));
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        RETURN;
+    END IF;
+    IF role_name IS NULL OR NOT (role_name = 'public' OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('role "%s" does not exist', role_name);
+    END IF;
+    IF role_name = v_owner AND allow THEN
+        RETURN;  -- it has every privilege of a queue already
+    ELSIF role_name = v_owner THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_grant_operation',
+            MESSAGE = format('role "%s" owns queue "%s": its access cannot be revoked', role_name, queue_name);
+    END IF;
+    FOR v_obj IN SELECT * FROM pgmq._queue_objects(queue_name::text) LOOP
+        IF allow AND role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO PUBLIC', v_obj.object_name);
+            END IF;
+        ELSIF allow THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgmq.%I TO %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('GRANT SELECT, USAGE ON SEQUENCE pgmq.%I TO %I', v_obj.object_name, role_name);
+            END IF;
+        ELSIF role_name = 'public' THEN
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM PUBLIC', v_obj.object_name);
+            END IF;
+        ELSE
+            IF v_obj.kind = 'TABLE' THEN
+                EXECUTE format('REVOKE ALL ON TABLE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            ELSIF v_obj.kind = 'SEQUENCE' THEN
+                EXECUTE format('REVOKE ALL ON SEQUENCE pgmq.%I FROM %I', v_obj.object_name, role_name);
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_queue_access(queue_name name, role_name name, allow boolean) TO PUBLIC;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.11.0--2.12.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.helpers import scalar
+from tests.helpers import column, scalar
 
 TAKE = {
     "pop": "SELECT msg_id FROM pgmq.pop(%s)",
@@ -96,3 +96,24 @@ def test_catalog_tables_hold_one_row_per_queue_whatever_the_spelling(conn):
     conn.execute("SELECT pgmq.create('jobs')")
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute("INSERT INTO pgmq.meta (queue_name, is_partitioned, is_unlogged) VALUES ('JOBS', false, false)")
+
+
+def test_setters_take_any_spelling_and_write_the_catalog_one(conn):
+    conn.execute("SELECT pgmq.create('jobs'), pgmq.create('dlq')")
+    conn.execute("SELECT pgmq.set_retry_policy('JOBS', 2, 0, 1, NULL, 'DLQ')")
+    conn.execute("SELECT pgmq.set_message_ttl('Jobs', 60), pgmq.set_dedup_window('jOBS', 30)")
+    assert conn.execute(
+        "SELECT queue_name, max_retries, dead_letter_queue, message_ttl, dedup_window FROM pgmq.queue_settings"
+    ).fetchall() == [("jobs", 2, "dlq", 60, 30)]
+    assert scalar(conn, "SELECT pgmq.pause('JOBS')") is True
+    assert scalar(conn, "SELECT pgmq.resume('Jobs')") is True
+    conn.execute("SELECT pgmq.remove_retry_policy('JOBS')")
+    assert scalar(conn, "SELECT retry_policy FROM pgmq.queue_settings WHERE queue_name = 'jobs'") is False
+    assert column(conn, "SELECT queue_name FROM pgmq.queue_metrics('JOBS')") == ["jobs"]
+
+
+def test_a_queue_is_not_its_own_dead_letter_queue_under_another_spelling(conn):
+    conn.execute("SELECT pgmq.create('jobs')")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="its own dead-letter queue"):
+        conn.execute("SELECT pgmq.set_retry_policy('jobs', 1, 0, 1, NULL, 'JOBS')")
+    assert scalar(conn, "SELECT count(*) FROM pgmq.queue_settings") == 0
