@@ -15560,11 +15560,10 @@ BEGIN
     RETURN QUERY
     SELECT r.*
     FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
-          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
-            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
-            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
-            -- there (0A000, which a queue asked for by name gets)
-            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
+          WHERE CASE WHEN queue_metrics.queue_name IS NULL
+                     THEN pgmq._queue_privilege(m.queue_name, 'SELECT')
+                          AND NOT (m.is_unlogged AND pg_is_in_recovery())
+                     ELSE m.queue_name = queue_metrics.queue_name END
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
     WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
@@ -15572,6 +15571,36 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+-- queue_metrics_page: what queue_metrics() returns, a page at a time. Measuring a queue locks its
+-- tables until the transaction ends, so queue_metrics() of thousands of queues needs thousands
+-- of lock slots (max_locks_per_transaction); a caller that reads the pages in transactions of
+-- their own (the exporter, `top`, `queues`: pgmq_build/ops/db.py) holds one page's at a time.
+CREATE FUNCTION pgmq.queue_metrics_page(after_queue text DEFAULT NULL::text, max_queues integer DEFAULT 500)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF max_queues IS NULL OR max_queues < 1 OR max_queues > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('max_queues must be between 1 and 10000, got %s', coalesce(max_queues::text, 'NULL'));
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics_page.after_queue IS NULL OR m.queue_name::text > queue_metrics_page.after_queue)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            AND NOT (m.is_unlogged AND pg_is_in_recovery())
+          ORDER BY m.queue_name::text
+          LIMIT max_queues) q  -- the page chosen before anything is measured (or locked)
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.queue_metrics_page(after_queue text, max_queues integer) IS 'queue_metrics() of at most max_queues (1 to 10000) of the queues it measures, those named after after_queue (NULL: from the first) in name order: read the next page after the last name returned, each page in its own transaction, and a database of any number of queues is measured without raising max_locks_per_transaction.';
 
 -- features/ops/functions/browse.sql.j2
 CREATE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)

@@ -107,6 +107,7 @@ CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (
 -- replace: pgmq.move_messages(text, text, integer)
 -- replace: pgmq.metrics_history(text, timestamp with time zone)
 -- replace: pgmq._set_queue_access(name, name, boolean)
+-- new: pgmq.queue_metrics_page(text, integer)
 
 CREATE OR REPLACE FUNCTION pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamp with time zone)
 RETURNS SETOF bigint
@@ -6819,11 +6820,10 @@ BEGIN
     RETURN QUERY
     SELECT r.*
     FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
-          WHERE (queue_metrics.queue_name IS NULL OR m.queue_name = queue_metrics.queue_name)
-            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
-            -- every queue on a hot standby but the unlogged ones, whose tables cannot be read
-            -- there (0A000, which a queue asked for by name gets)
-            AND (queue_metrics.queue_name IS NOT NULL OR NOT (m.is_unlogged AND pg_is_in_recovery()))
+          WHERE CASE WHEN queue_metrics.queue_name IS NULL
+                     THEN pgmq._queue_privilege(m.queue_name, 'SELECT')
+                          AND NOT (m.is_unlogged AND pg_is_in_recovery())
+                     ELSE m.queue_name = queue_metrics.queue_name END
           OFFSET 0) q  -- OFFSET 0: filter before measuring
     CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
     WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
@@ -6832,6 +6832,33 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.queue_metrics(queue_name text) IS 'Depth, visible, in flight, delayed, ages, dead letters, archive, totals, sizes, dead tuples and callback counts of one queue, or of every queue the caller may read (NULL; on a hot standby the unlogged queues are left out). Exact for small tables; estimated from a sample for large ones (the estimated column says so).';
+
+CREATE FUNCTION pgmq.queue_metrics_page(after_queue text DEFAULT NULL::text, max_queues integer DEFAULT 500)
+RETURNS SETOF pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF max_queues IS NULL OR max_queues < 1 OR max_queues > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('max_queues must be between 1 and 10000, got %s', coalesce(max_queues::text, 'NULL'));
+    END IF;
+    RETURN QUERY
+    SELECT r.*
+    FROM (SELECT m.queue_name::text AS name FROM pgmq.meta m
+          WHERE (queue_metrics_page.after_queue IS NULL OR m.queue_name::text > queue_metrics_page.after_queue)
+            AND pgmq._queue_privilege(m.queue_name, 'SELECT')
+            AND NOT (m.is_unlogged AND pg_is_in_recovery())
+          ORDER BY m.queue_name::text
+          LIMIT max_queues) q  -- the page chosen before anything is measured (or locked)
+    CROSS JOIN LATERAL pgmq._queue_metrics_of(q.name) r
+    WHERE r.queue_name IS NOT NULL  -- dropped since it was listed
+    ORDER BY q.name;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.queue_metrics_page(after_queue text, max_queues integer) IS 'queue_metrics() of at most max_queues (1 to 10000) of the queues it measures, those named after after_queue (NULL: from the first) in name order: read the next page after the last name returned, each page in its own transaction, and a database of any number of queues is measured without raising max_locks_per_transaction.';
 
 CREATE OR REPLACE FUNCTION pgmq.browse(queue_name text, after_msg_id bigint DEFAULT 0, qty integer DEFAULT 50, archived boolean DEFAULT false)
 RETURNS SETOF pgmq.message_record

@@ -519,6 +519,7 @@ ROUTINES = policies(
            unpinned_reason="commits once per message, so one failing callback never undoes another"),
     # ops
     "pause", "resume", "_sample_messages", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
+    "queue_metrics_page",
     "browse", "move_messages",
     Policy("sample_metrics",
            definer_reason="writes queue_metrics() of every queue into metrics_history, a table only the "

@@ -89,9 +89,28 @@ def value(conn: Conn, query: str, params: Any = None) -> Any:
     return None if row is None else next(iter(row.values()))
 
 
+# Queues measured per statement when every queue is asked for: measuring one locks its tables
+# and their indexes (about 8 locks) until the statement's transaction ends, and the server's
+# lock table holds max_locks_per_transaction (default 64) x max_connections (100) locks in all.
+METRICS_PAGE = 200
+
+
 def queue_metrics(conn: Conn, queue: str | None = None) -> list[dict[str, Any]]:
-    """pgmq.queue_metrics(): every queue the caller may read (by name), or one queue."""
-    return rows(conn, "SELECT * FROM pgmq.queue_metrics(queue_name => %s::text)", (queue,))
+    """pgmq.queue_metrics(): every queue the caller may read (by name), or one queue. Every
+    queue is read a page at a time (pgmq.queue_metrics_page, 2.12.0), each page a transaction
+    of its own when `conn` is in autocommit, so that thousands of queues need no more lock
+    slots than a page; a server without it answers in one statement."""
+    if queue is not None or not conn.autocommit or not value(
+            conn, "SELECT to_regprocedure('pgmq.queue_metrics_page(text, integer)') IS NOT NULL"):
+        return rows(conn, "SELECT * FROM pgmq.queue_metrics(queue_name => %s::text)", (queue,))
+    found: list[dict[str, Any]] = []
+    after = None
+    while True:
+        page = rows(conn, "SELECT * FROM pgmq.queue_metrics_page(%s::text, %s)", (after, METRICS_PAGE))
+        if not page:  # (a short page is no end: queues dropped since they were listed leave it)
+            return found
+        found += page
+        after = page[-1]["queue_name"]
 
 
 def queue_names(conn: Conn) -> list[str]:

@@ -453,6 +453,10 @@ SELECT pgmq.resume('jobs');   -- true""",
     "queue_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT * FROM pgmq.queue_metrics('jobs');   -- or pgmq.queue_metrics() for every queue""",
+    "queue_metrics_page": """\
+SELECT pgmq.create('a_jobs'), pgmq.create('b_jobs');
+SELECT queue_name FROM pgmq.queue_metrics_page(NULL, 1);      -- a_jobs: the first page
+SELECT queue_name FROM pgmq.queue_metrics_page('a_jobs', 1);  -- b_jobs: the page after it""",
     "sample_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT count(*) FROM pgmq.sample_metrics();        -- 1: one row per queue, the last 24 h kept

@@ -42,6 +42,7 @@ ARGS = {
     "e_name": "'race_x'", "e_key": "'race.k'", "exchange_name": "'race_x'",
     "routing_key": "'race.k'", "e_routing_key": "'race.k'", "pattern": "'race.#'",
     "first_ids": "ARRAY[1]::bigint[]", "last_ids": "ARRAY[3]::bigint[]",
+    "after_queue": "NULL", "max_queues": "5",
     # role_name / role_oid: the test's role, filled in below
 }
 

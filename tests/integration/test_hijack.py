@@ -287,6 +287,7 @@ SCENARIO = [
     ("SELECT pgmq.resume('plain')", True),
     ("SELECT depth FROM pgmq.queue_metrics('plain')", ANY),
     ("SELECT count(*) FROM pgmq.queue_metrics()", ANY),
+    ("SELECT count(*) FROM pgmq.queue_metrics_page('a', 10)", ANY),
     ("SELECT count(*) FROM pgmq.sample_metrics()", ANY),
     ("SELECT count(*) FROM pgmq.metrics_history('plain')", ANY),
     ("SELECT count(*) FROM pgmq.metrics_history()", ANY),

@@ -27,9 +27,10 @@ NAME_ARGUMENTS = {
     "dead_letter_queue": "q2", "target_queue": "q2", "retry_queue": "q2", "queue_dlq": "q2", "new_dlq": "q2",
     "exchange_name": "x1", "e_name": "x1", "alternate_exchange": "x2",
     "stream_name": "s1", "subscription_name": "sub1",
+    "after_queue": "q1",  # a bound of a page of queues (NULL: from the first)
 }
 # ...and arguments whose names look like it but that are something else.
-NOT_NAMES = {"queue_retries", "queue_retry_delay", "queue_type", "role_name"}
+NOT_NAMES = {"queue_retries", "queue_retry_delay", "queue_type", "role_name", "max_queues"}
 LOOKS_LIKE_A_NAME = re.compile(r"name|queue|exchange|stream|subscription|dlq")
 
 # Upstream's routines keep upstream's answer to a NULL name where it is not 22004 (None: the

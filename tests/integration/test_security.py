@@ -209,6 +209,7 @@ CASES = [
     _q(f"SELECT pgmq.pause({T})"),
     _q(f"SELECT pgmq.resume({T})"),
     _q(f"SELECT * FROM pgmq.queue_metrics({T})"),
+    _q(f"SELECT * FROM pgmq.queue_metrics_page({T}, 5)"),
     _q(f"SELECT * FROM pgmq.metrics_history({T})"),
     _q(f"SELECT * FROM pgmq.browse({T})"),
     _q(f"SELECT pgmq.move_messages({T}, 'dlq')", QUEUE | {"22023"}),  # itself
