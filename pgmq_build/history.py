@@ -7,8 +7,9 @@ bridges from upstream's versions to 1.13.x (pgmq--1.13.0--1.13.x.sql: they name 
 ours, so they stay whether a release recorded them or not). Every other released script (older
 install scripts, steps from upstream into an older version: 2.11.0 and older shipped one per
 upstream version, pgmq--1.13.0--2.11.0.sql) is kept, frozen by its sha256 (manifest.RELEASED),
-in history/extension/, where the tests and the renderer still find it. After a release (its record in RELEASED, VERSION bumped),
-`pgmq-build generate` moves what the release superseded there: move_superseded()."""
+in history/extension/, where the tests and the renderer still find it. After a release (its
+record in RELEASED, VERSION bumped), `pgmq-build generate` moves what the release superseded
+there: move_superseded()."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def upgrade_source(path: Path) -> Path | None:
     prefix, *versions = path.name.removesuffix(".sql").split("--")
     if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone") or \
             versions[0] in (*MANIFEST.upstream, MANIFEST.bridge):
-        return None  # (a bridge, or the step from upstream PGMQ, which creates our routines: nothing of ours to append it to)
+        return None  # a bridge, or the step from upstream PGMQ (it creates our routines): nothing of ours before it
     name = f"{prefix}--{versions[0]}.sql"
     return path.parent / name if (path.parent / name).exists() else history.find(name)
 

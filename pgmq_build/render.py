@@ -345,7 +345,8 @@ def render_bridge(manifest: Manifest, upstream: str, path: Path | None = None) -
     env = make_env("extension", manifest, path)
     upstream_globals(env, manifest)
     with rendering("bridge", "bridge.sql.j2"):
-        return env.get_template("bridge.sql.j2").render(upstream=upstream, step=upgrade_name(manifest.bridge, "<version>"))
+        return env.get_template("bridge.sql.j2").render(
+            upstream=upstream, step=upgrade_name(manifest.bridge, "<version>"))
 
 
 def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
