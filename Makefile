@@ -9,10 +9,11 @@ EXT         = pgmq
 # ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
 MODULEDIR   = extension
 # Every extension script of extension/: the current version's install script, the chain of
-# upgrade steps from each released version (ALTER EXTENSION pgmq UPDATE runs it) and the steps
-# from upstream PGMQ 1.13.x. Older released scripts wait in history/extension/ (for the tests):
-# no upgrade path needs them, so they are not installed. The standalone scripts
-# (pgmq-standalone--*) are not extension files and are not installed.
+# upgrade steps from each released version (ALTER EXTENSION pgmq UPDATE runs it), the step
+# from upstream PGMQ (pgmq--1.13.x--<version>.sql) and the bridges to it from upstream's
+# versions (pgmq--1.13.0--1.13.x.sql, a comment). Older released scripts wait in
+# history/extension/ (for the tests): no upgrade path needs them, so they are not installed.
+# The standalone scripts (pgmq-standalone--*) are not extension files and are not installed.
 DATA        = extension/$(EXT).control $(sort $(wildcard extension/$(EXT)--*.sql))
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)

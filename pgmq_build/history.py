@@ -1,12 +1,15 @@
 """Which released scripts ship and which go to history/extension/.
 
 extension/ holds what an upgrade can use: the current version's install scripts, the chain of
-steps from each released version (pgmq--2.0.0--2.1.0.sql ... into the current one) and the
-direct steps from upstream PGMQ 1.13.x into the current version, each in both forms. Every other
-released script (older install scripts, steps from upstream into an older version) is kept,
-frozen by its sha256 (manifest.RELEASED), in history/extension/, where the tests and the
-renderer still find it. After a release (its record in RELEASED, VERSION bumped),
-`pgmq-build generate` moves what the release superseded there: move_superseded()."""
+steps from each released version (pgmq--2.0.0--2.1.0.sql ... into the current one), the step
+from upstream PGMQ (pgmq--1.13.x--<current>.sql), each in both forms, and the extension's
+bridges from upstream's versions to 1.13.x (pgmq--1.13.0--1.13.x.sql: they name no version of
+ours, so they stay whether a release recorded them or not). Every other released script (older
+install scripts, steps from upstream into an older version: 2.11.0 and older shipped one per
+upstream version, pgmq--1.13.0--2.11.0.sql) is kept, frozen by its sha256 (manifest.RELEASED),
+in history/extension/, where the tests and the renderer still find it. After a release (its
+record in RELEASED, VERSION bumped), `pgmq-build generate` moves what the release superseded
+there: move_superseded()."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from .manifest import MANIFEST, Release
 from .paths import extension_dir, history_dir
-from .scriptnames import upgrade_name
+from .scriptnames import bridge_names, upgrade_name
 
 TARGETS = ("extension", "standalone")
 
@@ -33,8 +36,9 @@ def released_names(released: Released = MANIFEST.released) -> set[str]:
 
 
 def historical(released: Released = MANIFEST.released) -> set[str]:
-    """Released scripts that no upgrade path needs: their place is history/extension/."""
-    return released_names(released) - chain(released)
+    """Released scripts that no upgrade path needs: their place is history/extension/. The
+    bridges are needed by every release's step from upstream (a release may record them)."""
+    return released_names(released) - chain(released) - set(bridge_names())
 
 
 def find(name: str, outdir: Path | None = None, history: Path | None = None) -> Path:

@@ -206,10 +206,19 @@ RELEASED: tuple[Release, ...] = (
 
 
 # Upstream PGMQ releases that become ours in place, straight to this version: ALTER EXTENSION
-# pgmq UPDATE from upstream's extension (extension/pgmq--<upstream>--<VERSION>.sql), `pgmq-build
-# migrate` for upstream's SQL-only install (pgmq-standalone--<upstream>--<VERSION>.sql). README,
-# "Migrating from PGMQ"; the steps' hand-written parts are templates/upgrades/upstream/.
+# pgmq UPDATE from upstream's extension, `pgmq-build migrate` for upstream's SQL-only install.
+# docs/guides/migrating-from-pgmq.md; the step's hand-written parts are templates/upgrades/upstream/.
 UPSTREAM_VERSIONS = ("1.13.0", "1.13.1")
+
+# Our name for "upstream PGMQ 1.13.0 or 1.13.1", a version no upstream release has. The two
+# have the same tables and routine identities, so one step turns either into this version:
+# pgmq[-standalone]--1.13.x--<VERSION>.sql (0.9 MB, replaced each release like the install
+# script). An extension reaches it through a bridge, pgmq--<upstream>--1.13.x.sql, that holds
+# only a comment and names no version of ours, so it never changes and stays in extension/ at
+# each release (history.py); ALTER EXTENSION pgmq UPDATE takes the two steps (PostgreSQL runs
+# the shortest chain of scripts). The standalone form needs no bridge: `pgmq-build migrate` runs
+# the one step itself. Released records of 2.11.0 and older name the per-version steps they shipped.
+UPSTREAM_BRIDGE = "1.13.x"
 
 # Objects of our install script that upstream 1.13 already has, defined the same way (the catalog
 # test compares an upgraded database with a fresh install): an upgrade from upstream keeps
@@ -245,6 +254,7 @@ class Manifest:
     released: tuple[Release, ...]
     features: tuple[Feature, ...] = field(default_factory=tuple)
     upstream: tuple[str, ...] = ()  # UPSTREAM_VERSIONS: upstream PGMQ versions that upgrade to this one
+    bridge: str = UPSTREAM_BRIDGE  # the version name the upstream versions are bridged to
     routines: tuple[Policy, ...] = ()  # ROUTINES: every routine's policy
     contract: tuple[str, ...] = ()  # UPSTREAM_CONTRACT: upstream's signatures (Signature.line)
 

@@ -2,7 +2,8 @@
 
 Upstream's SQL-only install (schema pgmq made by running its pgmq.sql, no extension row, as
 pgmq-py's installer and managed databases do) is converted by the generated standalone script
-``pgmq-standalone--<upstream>--<version>.sql``: upstream's routines are replaced by ours, its
+``pgmq-standalone--1.13.x--<version>.sql`` (1.13.x: upstream 1.13.0 or 1.13.1, the same
+step for both; manifest.UPSTREAM_BRIDGE): upstream's routines are replaced by ours, its
 catalog rows kept, every queue adopted (our column and indexes, its tables handed to the
 extension's owner). That is the standalone target. The extension target then makes CREATE
 EXTENSION pgmq own our objects: it sets our standalone objects aside (catalog rows into
@@ -14,8 +15,9 @@ does not make it a member, nor does it when it creates the schema itself, so the
 a fresh install: the tests compare the catalogs. Its owner and grants stay; the standalone step
 has made the migrating role its owner, as our installs have it.)
 
-Upstream's extension (CREATE EXTENSION pgmq VERSION '1.13.x') needs no tool: ALTER EXTENSION
-pgmq UPDATE runs ``pgmq--<upstream>--<version>.sql``; `migrate` does that too when asked.
+Upstream's extension (CREATE EXTENSION pgmq VERSION '1.13.0' or '1.13.1') needs no tool: ALTER
+EXTENSION pgmq UPDATE runs the bridge ``pgmq--<upstream>--1.13.x.sql`` (a comment) and then
+``pgmq--1.13.x--<version>.sql``; `migrate` does that too when asked.
 
 Everything runs in one transaction: a failure anywhere changes nothing.
 """
@@ -34,7 +36,7 @@ from . import install, surface, upgrade
 from .lint.sqlast import strip_in
 from .manifest import MANIFEST, Manifest
 from .paths import extension_dir
-from .scriptnames import install_name, upgrade_name
+from .scriptnames import install_name, upgrade_name, upstream_step_name
 
 Echo = Callable[[str], None]
 TARGETS = ("extension", "standalone")
@@ -73,17 +75,20 @@ class Found:
     """Upstream PGMQ found in a database."""
 
     install: str  # "sql" (SQL-only) | "extension"
-    version: str
+    version: str  # upstream's: 1.13.0 | 1.13.1
     queues: list[Queue] = field(default_factory=list)
     topic_bindings: int = 0
     notify: list[str] = field(default_factory=list)
     fifo: list[str] = field(default_factory=list)
     routines: int = 0
     schema_owner: str = ""
+    extversion: str = ""  # the extension's version: upstream's, or manifest.bridge (updated to it only)
 
     @property
     def label(self) -> str:
         how = "extension" if self.install == "extension" else "SQL-only install, no extension"
+        if self.extversion and self.extversion != self.version:
+            how += f" at version {self.extversion}"
         return f"upstream PGMQ {self.version} ({how})"
 
 
@@ -101,7 +106,7 @@ def inspect(conn: psycopg.Connection, manifest: Manifest = MANIFEST) -> Found:
         if ext[0] in manifest.versions:
             raise MigrateError(f"pgmq {ext[0]} is already this project's extension: upgrade it with "
                                "`pgmq-build install --dsn ...`; nothing was changed")
-        if ext[0] not in manifest.upstream:
+        if ext[0] not in (*manifest.upstream, manifest.bridge):
             raise MigrateError(f"extension pgmq {ext[0]} is not a version pgmq {manifest.version} migrates "
                                f"from ({upstream}): upgrade it to PGMQ 1.13 with upstream's own scripts "
                                "first (ALTER EXTENSION pgmq UPDATE with upstream's files); nothing was changed")
@@ -130,13 +135,14 @@ def inspect(conn: psycopg.Connection, manifest: Manifest = MANIFEST) -> Found:
         raise MigrateError(f"schema pgmq holds an unknown or older PGMQ (missing {len(missing)} routines of "
                            f"1.13: {sample}...): migrate supports upstream PGMQ {upstream}; upgrade to 1.13 "
                            "with upstream's own instructions first; nothing was changed")
-    if ext is not None:
+    if ext is not None and ext[0] in manifest.upstream:
         version = ext[0]
-    else:
+    else:  # the SQL-only install, or an extension at the bridge's version, which names neither
         src = conn.execute("SELECT p.prosrc FROM pg_catalog.pg_proc p WHERE p.oid = "
                            "'pgmq.notify_queue_listeners()'::pg_catalog.regprocedure").fetchone()[0]
         version = "1.13.1" if "TG_ARGV" in src else "1.13.0"  # 1.13.1 passes the queue name as an argument
-    found = Found("extension" if ext else "sql", version, routines=len(present & wanted), schema_owner=schema[1])
+    found = Found("extension" if ext else "sql", version, routines=len(present & wanted), schema_owner=schema[1],
+                  extversion=ext[0] if ext else "")
     for name, partitioned, unlogged in conn.execute(
             "SELECT queue_name, is_partitioned, is_unlogged FROM pgmq.meta ORDER BY queue_name").fetchall():
         kind = "partitioned" if partitioned else "unlogged" if unlogged else "plain"
@@ -180,9 +186,12 @@ def plan(found: Found, target: str, manifest: Manifest = MANIFEST) -> list[str]:
                    f"tables owned by {q.owner}")
     out.append("It will, in one transaction:")
     if found.install == "extension":
-        out.append(f"  - ALTER EXTENSION pgmq UPDATE TO '{v}' (script {upgrade_name(found.version, v)})")
+        scripts = [upstream_step_name("extension", manifest)]
+        if found.extversion != manifest.bridge:
+            scripts.insert(0, upgrade_name(found.extversion, manifest.bridge))
+        out.append(f"  - ALTER EXTENSION pgmq UPDATE TO '{v}' (scripts {', '.join(scripts)})")
     else:
-        out.append(f"  - run {upgrade_name(found.version, v, 'standalone')} (pgmq {v}, standalone form)")
+        out.append(f"  - run {upstream_step_name('standalone', manifest)} (pgmq {v}, standalone form)")
     out += [
         f"  - replace upstream's {found.routines} routines by pgmq {v}'s (same names, arguments and results)",
         "  - keep every message, archived row and msg_id sequence, pgmq.meta and the notify throttles",
@@ -381,7 +390,7 @@ def migrate(dsn: str, target: str | None = None, dry_run: bool = False, echo: Ec
                 echo(f"Updating the extension: ALTER EXTENSION pgmq UPDATE TO '{manifest.version}' ...")
                 conn.execute(sql.SQL("ALTER EXTENSION pgmq UPDATE TO {}").format(sql.Literal(manifest.version)))
             else:
-                name = upgrade_name(found.version, manifest.version, "standalone")
+                name = upstream_step_name("standalone", manifest)
                 echo(f"Running {name} ...")
                 conn.execute(_script(name))
                 if target == "extension":

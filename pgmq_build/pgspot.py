@@ -50,8 +50,9 @@ def upgrade_source(path: Path) -> Path | None:
     """For an upgrade script ``pgmq[-standalone]--A--B.sql``: the install script of A next to it
     (or in extension/); None for any other file."""
     prefix, *versions = path.name.removesuffix(".sql").split("--")
-    if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone") or versions[0] in MANIFEST.upstream:
-        return None  # (a step from upstream PGMQ creates our routines: nothing of ours to append it to)
+    if len(versions) != 2 or prefix not in ("pgmq", "pgmq-standalone") or \
+            versions[0] in (*MANIFEST.upstream, MANIFEST.bridge):
+        return None  # a bridge, or the step from upstream PGMQ (it creates our routines): nothing of ours before it
     name = f"{prefix}--{versions[0]}.sql"
     return path.parent / name if (path.parent / name).exists() else history.find(name)
 

@@ -26,7 +26,13 @@ from .manifest import (
     version_key,
 )
 from .paths import extension_dir, templates_dir
-from .scriptnames import install_name, standalone_name, upgrade_name  # noqa: F401 (render.X callers)
+from .scriptnames import (  # noqa: F401 (render.X callers)
+    bridge_names,
+    install_name,
+    standalone_name,
+    upgrade_name,
+    upstream_step_name,
+)
 
 TARGETS = ("extension", "standalone")
 
@@ -179,7 +185,7 @@ def release_problems(outdir: Path, manifest: Manifest = MANIFEST, templates: Pat
         for name in STEP_TEMPLATES:
             if not (base / UPSTREAM_STEP / name).is_file():
                 problems.append(f"missing upgrade step template: templates/{UPSTREAM_STEP}/{name} "
-                                f"(the steps from upstream PGMQ {', '.join(manifest.upstream)})")
+                                f"(the step from upstream PGMQ {', '.join(manifest.upstream)})")
     for old, new in manifest.steps:
         for name in STEP_TEMPLATES:
             if not (base / step_dir(old, new) / name).is_file():
@@ -306,13 +312,21 @@ def upstream_routines(manifest: Manifest, install_sql: str) -> list[upgrade.Rout
     return out
 
 
-def render_upstream_upgrade(manifest: Manifest, upstream: str, target: str, install_sql: str,
-                            path: Path | None = None) -> str:
-    """The script that turns upstream PGMQ ``upstream`` into this version: templates/upstream.sql.j2
-    around the upstream step's pre template, upstream_body() and its post template.
-    ``install_sql``: this version's install script (for the routines that replace upstream's)."""
+def upstream_globals(env: jinja2.Environment, manifest: Manifest) -> None:
+    """What the templates of the step from upstream and of the bridges see: from_version (the
+    bridge's version name), to_version, upstream_versions ("1.13.0 or 1.13.1", for messages)."""
+    env.globals.update(from_version=manifest.bridge, to_version=manifest.version,
+                       upstream_versions=" or ".join(manifest.upstream),
+                       bridges=bridge_names(manifest))
+
+
+def render_upstream_upgrade(manifest: Manifest, target: str, install_sql: str, path: Path | None = None) -> str:
+    """The script that turns upstream PGMQ (any of manifest.upstream, by the name manifest.bridge)
+    into this version: templates/upstream.sql.j2 around the upstream step's pre template,
+    upstream_body() and its post template. ``install_sql``: this version's install script (for
+    the routines that replace upstream's)."""
     env = make_env(target, manifest, path)
-    env.globals.update(from_version=upstream, to_version=manifest.version)
+    upstream_globals(env, manifest)
     context = {"upstream_routines": upstream_routines(manifest, install_sql), "kept": UPSTREAM_KEPT}
     parts = {}
     for name in STEP_TEMPLATES:
@@ -325,10 +339,21 @@ def render_upstream_upgrade(manifest: Manifest, upstream: str, target: str, inst
             pre=parts["pre"], post=parts["post"], body=body, lock_key=UPGRADE_LOCK_KEY)
 
 
+def render_bridge(manifest: Manifest, upstream: str, path: Path | None = None) -> str:
+    """pgmq--<upstream>--<bridge>.sql (templates/bridge.sql.j2): a comment, no SQL. Its text names
+    no version of ours, so every release renders it the same."""
+    env = make_env("extension", manifest, path)
+    upstream_globals(env, manifest)
+    with rendering("bridge", "bridge.sql.j2"):
+        return env.get_template("bridge.sql.j2").render(
+            upstream=upstream, step=upgrade_name(manifest.bridge, "<version>"))
+
+
 def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
                path: Path | None = None) -> dict[str, str]:
     """Every generated file under extension/, keyed by file name, in a stable order: the control
-    file, the current version's install scripts and the upgrade scripts into it. ``frozen``: the
+    file, the current version's install scripts, the upgrade scripts into it (the step from
+    upstream PGMQ among them) and the bridges from upstream's versions. ``frozen``: the
     directory holding the released scripts (default: the checkout's extension/)."""
     if manifest.version in manifest.released_versions:
         raise RenderError(f"version {manifest.version} is released: a released version cannot be "
@@ -341,10 +366,12 @@ def render_all(manifest: Manifest = MANIFEST, frozen: Path | None = None,
             old_sql = read_released(frozen or extension_dir(), install_name(old, target), manifest)
             files[upgrade_name(old, new, target)] = render_upgrade(
                 manifest, old, new, target, old_sql, files[install_name(new, target)], path)
-    for upstream in manifest.upstream:
+    if manifest.upstream:
         for target in TARGETS:
-            files[upgrade_name(upstream, manifest.version, target)] = render_upstream_upgrade(
-                manifest, upstream, target, files[install_name(manifest.version, target)], path)
+            files[upstream_step_name(target, manifest)] = render_upstream_upgrade(
+                manifest, target, files[install_name(manifest.version, target)], path)
+        for upstream, name in zip(manifest.upstream, bridge_names(manifest), strict=True):
+            files[name] = render_bridge(manifest, upstream, path)
     return files
 
 

@@ -21,8 +21,10 @@ from tests.unit.test_lint_rules import DUMP, GUARD, TABLE, M, create_f, script
 OLD = RELEASED[-1].version
 PREV = RELEASED[-2].version
 STEP = f"{OLD}--{VERSION}"
-# the steps from upstream PGMQ (docs/guides/migrating-from-pgmq.md)
-UPSTREAM_FILES = [f"{prefix}--{u}--{VERSION}.sql" for u in MANIFEST.upstream for prefix in ("pgmq", "pgmq-standalone")]
+# the step from upstream PGMQ (docs/guides/migrating-from-pgmq.md), in both forms, and the
+# extension's bridges from upstream's versions to it (1.13.x: manifest.UPSTREAM_BRIDGE)
+UPSTREAM_FILES = [f"{prefix}--{MANIFEST.bridge}--{VERSION}.sql" for prefix in ("pgmq", "pgmq-standalone")]
+BRIDGES = [f"pgmq--{u}--{MANIFEST.bridge}.sql" for u in MANIFEST.upstream]
 
 
 @pytest.fixture
@@ -80,8 +82,33 @@ def test_every_step_has_its_templates():
 def test_render_all_has_the_upgrade_scripts_and_not_the_released_ones():
     files = render.render_all()
     assert list(files) == ["pgmq.control", f"pgmq--{VERSION}.sql", f"pgmq-standalone--{VERSION}.sql",
-                           f"pgmq--{STEP}.sql", f"pgmq-standalone--{STEP}.sql", *UPSTREAM_FILES]
+                           f"pgmq--{STEP}.sql", f"pgmq-standalone--{STEP}.sql", *UPSTREAM_FILES, *BRIDGES]
     assert not set(files) & set(render.released_scripts(RELEASED))
+
+
+@pytest.mark.parametrize("with_bridges", [False, True])
+def test_the_next_version_renders_after_a_release_of_one_step_from_upstream(templates_copy, with_bridges):
+    """VERSION released as 2.12.0 will be (one step from upstream, 1.13.x; its record may list the
+    bridges or not), next to the releases that shipped a step per upstream version: the next
+    version renders its own step from 1.13.x and the same bridges, and a later generate moves
+    VERSION's step to history/ but no bridge."""
+    files = render.render_all()
+    scripts = {n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()
+               if n.endswith(f"{VERSION}.sql") or (with_bridges and n in BRIDGES)}
+    nxt = "9.0.0"
+    (templates_copy / "upgrades" / f"{VERSION}--{nxt}").mkdir()
+    for name in render.STEP_TEMPLATES:
+        (templates_copy / "upgrades" / f"{VERSION}--{nxt}" / name).write_text("")
+    manifest = dataclasses.replace(MANIFEST, version=nxt, released=(*RELEASED, Release(VERSION, scripts)))
+    assert render.release_problems(extension_dir(), manifest) == []
+    after = render.render_all(manifest)
+    assert list(after)[-4:] == [f"pgmq--{MANIFEST.bridge}--{nxt}.sql", f"pgmq-standalone--{MANIFEST.bridge}--{nxt}.sql",
+                                *BRIDGES]
+    assert [after[n] for n in BRIDGES] == [files[n] for n in BRIDGES]
+    assert render.frozen_problems(extension_dir(), manifest.released) == []
+    superseded = history.historical(manifest.released)
+    assert set(UPSTREAM_FILES) | {f"pgmq--1.13.0--{OLD}.sql", f"pgmq-standalone--1.13.1--{OLD}.sql"} <= superseded
+    assert not superseded & set(BRIDGES)
 
 
 def test_extension_upgrade_script_form():
@@ -220,9 +247,10 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
     names = {p.name: previous is not None for p, _, previous in todo}
     assert names == {f"pgmq--{VERSION}.sql": False, f"pgmq-standalone--{VERSION}.sql": False,
                      f"pgmq--{STEP}.sql": True, f"pgmq-standalone--{STEP}.sql": True,
-                     **dict.fromkeys(UPSTREAM_FILES, True)}
-    # a step from upstream is linted as an upgrade from an unknown script (upstream's is not here)
-    assert all(previous == "" for p, _, previous in todo if p.name in UPSTREAM_FILES)
+                     **dict.fromkeys(UPSTREAM_FILES + BRIDGES, True)}
+    # the step from upstream and the bridges are linted as upgrades from an unknown script
+    # (upstream's is not here)
+    assert all(previous == "" for p, _, previous in todo if p.name in UPSTREAM_FILES + BRIDGES)
     # the released scripts that ship: the chain of steps (the rest is in history/extension/)
     assert sorted(p.name for p in skipped) == sorted(history.chain(RELEASED))
     result = run_cli("lint")
@@ -233,8 +261,9 @@ def test_lint_covers_the_upgrade_scripts_and_skips_released_ones():
 def test_pgspot_checks_each_upgrade_script_after_its_source():
     files = sorted(extension_dir().glob("*.sql"))
     batches = pgspot.batches(files)
-    # install scripts and the steps from upstream (nothing of ours to append them to) alone
-    from_upstream = {f.name for f in files if f.name.split("--")[1] in MANIFEST.upstream}
+    # install scripts, the step from upstream and the bridges (nothing of ours to append them to) alone
+    from_upstream = {f.name for f in files if f.name.split("--")[1] in (*MANIFEST.upstream, MANIFEST.bridge)}
+    assert from_upstream == set(UPSTREAM_FILES + BRIDGES)
     assert batches[0] == ([f for f in files if f.name.count("--") == 1 or f.name in from_upstream], False)
     # each of our steps after the install script it starts from
     steps = [(f"{prefix}--{a}.sql", f"{prefix}--{a}--{b}.sql") for a, b in MANIFEST.steps

@@ -1,4 +1,5 @@
-"""The generated steps from upstream PGMQ (pgmq[-standalone]--<upstream>--<version>.sql): what
+"""The generated step from upstream PGMQ (pgmq[-standalone]--1.13.x--<version>.sql, 1.13.x
+standing for 1.13.0 and 1.13.1) and the extension's bridges to it (pgmq--1.13.0--1.13.x.sql): what
 they drop, keep and create, checked against upstream's own SQL from the PyPI `pgmq` package (read
 at run time, never copied here). No server."""
 
@@ -14,7 +15,7 @@ from pgmq_build import render, surface, upgrade
 from pgmq_build.lint import lint_script, sqlast
 from pgmq_build.manifest import MANIFEST, UPSTREAM_CONTRACT_FILE, UPSTREAM_KEPT, VERSION
 
-UPSTREAM = MANIFEST.upstream[0]
+UPSTREAM = MANIFEST.bridge
 
 
 def upstream_sql() -> str:
@@ -104,13 +105,22 @@ def test_extension_and_standalone_forms(files):
     assert ext.index("DO $sweep$") < ext.index("DO $handover$")
 
 
-def test_steps_differ_only_in_the_version_they_name(files):
-    if len(MANIFEST.upstream) < 2:
-        pytest.skip("one upstream version")
-    a, b = MANIFEST.upstream[:2]
+def test_one_step_serves_every_upstream_version_through_a_bridge(files):
+    """The step names the upstream versions only in comments and messages; each bridge is a
+    comment that names no version of ours (every release ships it unchanged)."""
     for target in render.TARGETS:
-        assert files[render.upgrade_name(a, VERSION, target)].replace(a, b) == \
-            files[render.upgrade_name(b, VERSION, target)]
+        text = files[render.upgrade_name(UPSTREAM, VERSION, target)]
+        assert "does not hold upstream PGMQ 1.13.0 or 1.13.1: % missing" in text
+        assert not any(render.upgrade_name(u, VERSION, target) in files for u in MANIFEST.upstream)
+    ext = files[render.upgrade_name(UPSTREAM, VERSION)]
+    assert "after the bridge from its\n-- version to 1.13.x: pgmq--1.13.0--1.13.x.sql or pgmq--1.13.1--1.13.x.sql)" in ext
+    for u in MANIFEST.upstream:
+        bridge = files[render.upgrade_name(u, UPSTREAM)]
+        assert bridge.startswith(f"-- upstream PGMQ {u} -> 1.13.x: a bridge, nothing to run.")
+        assert parse_sql(bridge) == () and VERSION not in bridge
+        assert all(line.startswith("-- ") for line in bridge.splitlines())
+        assert lint_script(bridge, MANIFEST, "extension", previous="") == []
+    assert not any(f"pgmq-standalone--{u}--" in name for name in files for u in MANIFEST.upstream)
 
 
 def test_a_kept_object_missing_from_the_install_script_is_an_error(monkeypatch):

@@ -297,6 +297,9 @@ def test_migrated_upstream_equals_a_fresh_install(dbs, roles, partman_available,
         assert len(before["notify_triggers"]) == 2
     if how == "extension":
         with connected(a) as c:
+            # through the bridge to 1.13.x, then the one step from upstream
+            assert scalar(c, "SELECT path FROM pg_catalog.pg_extension_update_paths('pgmq') "
+                             "WHERE source = %s AND target = %s", (version, NEW)) == f"{version}--1.13.x--{NEW}"
             c.execute("ALTER EXTENSION pgmq UPDATE")
             assert scalar(c, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == NEW
     else:
@@ -401,25 +404,74 @@ def test_migrate_refuses_what_is_not_upstream_1_13(dbs, setup, message):
         assert snapshot(c, rows=True) == before
 
 
-def test_upstream_extension_through_migrate_and_refused_standalone(dbs, roles, upstream_extension):
+@pytest.mark.parametrize("at_bridge", [False, True])
+def test_upstream_extension_through_migrate_and_refused_standalone(dbs, roles, upstream_extension, at_bridge):
+    """Upstream's extension, or one updated to the bridge's version 1.13.x only (ALTER EXTENSION
+    pgmq UPDATE TO '1.13.x': still upstream's objects, under our name for its version)."""
     upstream_extension(UPSTREAM_VERSION)
     a = dbs.create("ext_cli")
     install_upstream(a, "extension", UPSTREAM_VERSION)
     with connected(a) as c:
         c.execute("SELECT pgmq.create('keep'); SELECT pgmq.send('keep', '{\"k\": 1}'::jsonb)")
+        if at_bridge:
+            c.execute("ALTER EXTENSION pgmq UPDATE TO '1.13.x'")
     result = run_cli("migrate", "--dsn", a, "--to", "standalone")
     assert result.exit_code == 1 and "--to standalone needs an SQL-only install" in result.output
     result = run_cli("migrate", "--dsn", a)
     assert result.exit_code == 0, result.output
-    assert f"ALTER EXTENSION pgmq UPDATE TO '{NEW}'" in result.output
+    how = "extension at version 1.13.x" if at_bridge else "extension"
+    assert f"Found upstream PGMQ {UPSTREAM_VERSION} ({how})" in result.output
+    scripts = f"pgmq--1.13.x--{NEW}.sql" if at_bridge else f"pgmq--{UPSTREAM_VERSION}--1.13.x.sql, pgmq--1.13.x--{NEW}.sql"
+    assert f"ALTER EXTENSION pgmq UPDATE TO '{NEW}' (scripts {scripts})" in result.output
     with connected(a) as c:
         assert scalar(c, "SELECT extversion FROM pg_extension WHERE extname = 'pgmq'") == NEW
         assert column(c, "SELECT message FROM pgmq.read('keep', 30, 1)") == [{"k": 1}]
 
 
+@pytest.fixture
+def path_extension():
+    """Extension pgmq_paths in the server's extension directory (removed afterwards): a control
+    file and empty scripts with the names given (pgmq--A--B.sql becomes pgmq_paths--A--B.sql).
+    PostgreSQL chooses an update path by the names of the scripts alone."""
+    dest, written = install.sharedir() / "extension", []
+
+    def write(names: list[str]) -> None:
+        for name in ["pgmq_paths.control", *(n.replace("pgmq--", "pgmq_paths--", 1) for n in names)]:
+            path = dest / name
+            path.write_text(f"default_version = '{NEW}'\n" if name.endswith(".control") else "")
+            written.append(path)
+
+    yield write
+    for path in written:
+        path.unlink(missing_ok=True)
+
+
+def test_the_update_from_upstream_takes_the_bridge_whatever_else_the_directory_holds(conn, path_extension):
+    """A shared extension directory may hold upstream's own scripts (its install scripts, its
+    steps 1.12.0 -> 1.13.0 -> 1.13.1) and the steps from upstream an earlier install of ours
+    left there (pgmq--1.13.0--2.11.0.sql, make install removes nothing): the update from
+    upstream still runs the bridge and the one step from upstream. PostgreSQL takes the shortest
+    chain of scripts; 1.13.0 -> 2.11.0 -> 2.12.0 is as short, and of two such chains it takes the
+    one whose last step starts at the name that sorts first (1.13.x before 2.11.0). That rule is
+    not documented, but either chain is a tested upgrade."""
+    ours = [p.name for p in install.extension_files() if p.suffix == ".sql"]
+    upstreams = ["pgmq--1.12.0.sql", "pgmq--1.12.0--1.13.0.sql", "pgmq--1.13.0--1.13.1.sql",
+                 "pgmq--1.13.0.sql", "pgmq--1.13.1.sql"]
+    leftovers = sorted(n for r in MANIFEST.released for n in r.scripts if n.startswith("pgmq--1.13."))
+    assert f"pgmq--1.13.1--{MANIFEST.released[-1].version}.sql" in leftovers
+    path_extension(ours + upstreams + leftovers)
+    paths = dict(conn.execute("SELECT source, path FROM pg_catalog.pg_extension_update_paths('pgmq_paths') "
+                              "WHERE target = %s AND path IS NOT NULL", (NEW,)).fetchall())
+    assert paths["1.13.0"] == f"1.13.0--1.13.x--{NEW}" and paths["1.13.1"] == f"1.13.1--1.13.x--{NEW}"
+    assert paths["1.12.0"] == f"1.12.0--1.13.0--1.13.x--{NEW}"
+    assert paths["1.13.x"] == f"1.13.x--{NEW}"
+    # our own versions keep the chain
+    assert paths["2.11.0"] == f"2.11.0--{NEW}" and paths["2.0.0"].count("--") == len(MANIFEST.released)
+
+
 def test_the_standalone_script_refuses_the_wrong_database(dbs):
     """Run by hand (psql -1 -f), the standalone step checks where it is."""
-    script = (extension_dir() / f"pgmq-standalone--{UPSTREAM_VERSION}--{NEW}.sql").read_text()
+    script = (extension_dir() / f"pgmq-standalone--1.13.x--{NEW}.sql").read_text()
     a = dbs.create("wrong")
     install.apply_standalone(a)
     with contextlib.closing(psycopg.connect(a)) as c, \
@@ -431,7 +483,7 @@ def test_the_standalone_script_refuses_the_wrong_database(dbs):
         c.execute("DROP FUNCTION pgmq.create_partitioned(text, text, text, integer)")
     with contextlib.closing(psycopg.connect(b)) as c, \
             pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
-                          match="does not hold upstream PGMQ 1.13.0: pgmq.create_partitioned"):
+                          match="does not hold upstream PGMQ 1.13.0 or 1.13.1: pgmq.create_partitioned"):
         c.execute(script)
 
 
