@@ -33,6 +33,13 @@ class Acker:
         self._conn: psycopg.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._job: Future | None = None
+        self._pid: int | None = None  # the acks' backend (read by the reader's thread)
+
+    @property
+    def pids(self) -> list[int]:
+        """The backend the acks run in (none before the first): the reader's safe high-water
+        mark must not wait for it, as an ack draws no msg_id (it would serialize the overlap)."""
+        return [self._pid] if self._pid is not None else []
 
     def start(self, done: Offset, upto: Offset) -> None:
         """Ack (done, upto] after the ack in flight, without waiting for it."""
@@ -63,6 +70,7 @@ class Acker:
         for attempt in (1, 2):
             if self._conn is None or self._conn.closed:
                 self._conn = connect(self.dsn, autocommit=True)
+                self._pid = self._conn.info.backend_pid
             try:
                 n = offsets.ack_range(self._conn, self.info, done, upto, self.mode)
             except psycopg.OperationalError:

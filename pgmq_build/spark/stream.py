@@ -169,7 +169,9 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         conn = self._db()
         if not self.spec.safe_offsets:
             return offsets.last_msg_id(conn, self.info)
-        high, settled = offsets.safe_high_water_mark(conn, self.info, self.spec.inflight_wait)
+        high, settled = offsets.safe_high_water_mark(
+            conn, self.info, self.spec.inflight_wait,
+            ignore=self._acker.pids if self._acker is not None else ())
         if settled:
             self._safe = max(self._safe, high)
         else:

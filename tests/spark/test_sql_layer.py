@@ -61,6 +61,12 @@ def test_safe_high_water_mark_waits_for_open_producers(dsn, info, sql, connect):
         # readers hold the same lock: a finished one does not hold anything back
         sql("SELECT * FROM pgmq.read('s', 30, 1)")
         assert offsets.safe_high_water_mark(c, info, 0.2) == (2, True)
+        # an open ack holds it too; the reader's own acks draw no id and are not waited for
+        ack = connect(autocommit=False)
+        ack.execute("DELETE FROM pgmq.q_s WHERE msg_id = 1")
+        assert offsets.safe_high_water_mark(c, info, 0.2) == (2, False)
+        assert offsets.safe_high_water_mark(c, info, 0.2, ignore=[ack.info.backend_pid]) == (2, True)
+        ack.rollback()
 
 
 def test_encode_sends_special_rows_through_pgmq_send(dsn, info, sql):
