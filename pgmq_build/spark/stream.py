@@ -181,10 +181,15 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
 
     @_reconnecting
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+        if self._initial is not None:  # Spark asks again when it plans the first batch
+            return self._initial.to_json()
         if self.spec.starting == "latest":
             self._initial = Offset(self._high_water_mark())
         else:
             self._initial = Offset(0)
+        # acks start here: with startingOffsets=latest the messages before it were never this
+        # query's (the first ack used to archive them too)
+        self._acked = self._initial
         return self._initial.to_json()
 
     @_reconnecting

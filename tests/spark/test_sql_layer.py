@@ -233,3 +233,24 @@ def test_the_stream_reader_imports_no_pandas():
             "pgmq_build.spark.stream; print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_starting_at_latest_never_acks_what_came_before(dsn, info, sql):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[3]))")  # before the query
+    reader = _stream_reader(dsn, startingOffsets="latest")
+    try:
+        start = reader.initialOffset()
+        assert start["msg_id"] == 3
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[2]))")
+        # Spark asks for it again when it plans the first batch: the same answer
+        assert reader.initialOffset() == start
+        end = reader.latestOffset(start, ReadAllAvailable())
+        reader.commit(end)
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # caught up: acks settled
+        # only what the query delivered (4, 5) is archived; 1..3 were never its messages
+        assert sql("SELECT msg_id FROM pgmq.a_s ORDER BY 1") == [(4,), (5,)]
+        assert sql("SELECT msg_id FROM pgmq.q_s ORDER BY 1") == [(1,), (2,), (3,)]
+    finally:
+        reader.stop()
