@@ -139,8 +139,9 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
     onCommit) starts in commit(end) and, because Spark never commits the last batch of a run, in
     latestOffset(start) too: Spark asks for the next offset only once ``start``'s batch is in the
     commit log. It runs in the background (acker.py) while Spark reads the next batch; a
-    latestOffset that finds nothing new waits for it, and so does stop(). The high-water mark is "safe": no transaction that may still commit a msg_id
-    below it is running (see offsets.safe_high_water_mark).
+    latestOffset that finds nothing new waits for it, and so does stop(). The high-water mark
+    is "safe": no transaction that may still commit a msg_id below it is running (see
+    offsets.safe_high_water_mark).
 
     The instance Spark uses for offsets and commits lives in one driver process for the whole
     query and keeps a connection; read() runs on executors on a pickled copy without it.
