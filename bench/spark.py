@@ -72,6 +72,34 @@ def _messages(spark, rows: int):
     return df
 
 
+def _run_available_now(reader, checkpoint: str, log: Callable[[str], None]) -> None:
+    """Run a streaming read to a noop sink with Trigger.AvailableNow and log where its time went
+    (docs/performance/spark-consumption.md): from start() to the first trigger (Spark starts the
+    reader's Python process), the triggers by Spark's own phases (durationMs of the progress
+    reports; latestOffset includes the source's planning, walCommit its commit of the batch
+    before), and what followed the last trigger (the last, empty trigger and the query's end)."""
+    t0 = time.time()
+    q = (reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    t1 = time.time()
+    if q.exception():
+        raise q.exception()
+    progress = q.recentProgress
+    if not progress:
+        return
+    first = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00")).timestamp()
+    phases: dict[str, int] = {}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            phases[k] = phases.get(k, 0) + v
+    triggers = phases.pop("triggerExecution", 0)
+    log(f"  query {t1 - t0:.2f} s: start to first trigger {first - t0:.2f} s, {len(progress)} "
+        f"trigger(s) {triggers / 1000:.2f} s ("
+        + ", ".join(f"{k} {v / 1000:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v)
+        + f"), after them {t1 - first - triggers / 1000:.2f} s")
+
+
 def _raw_copy_data(rows: int, first: int = 0) -> bytes:
     """CSV (vt, message) rows with the same JSON as _messages (what Spark's to_json writes)."""
     buf = io.StringIO()
@@ -142,14 +170,10 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
 
     def stream_consume(_n: int) -> None:
         with tempfile.TemporaryDirectory(prefix="pgmq-bench-ck-") as ck:
-            q = (spark.readStream.format("pgmq").option("dsn", dsn).option("queue", QUEUE)
-                 .option("maxRowsPerBatch", 50_000).option("numPartitions", partitions)
-                 .option("onCommit", "archive").load()
-                 .writeStream.format("noop").option("checkpointLocation", ck)
-                 .trigger(availableNow=True).start())
-            q.awaitTermination()
-            if q.exception():
-                raise q.exception()
+            _run_available_now(spark.readStream.format("pgmq").option("dsn", dsn)
+                               .option("queue", QUEUE).option("maxRowsPerBatch", 50_000)
+                               .option("numPartitions", partitions).option("onCommit", "archive"),
+                               ck, log)
 
     def claim_ack(n: int) -> None:
         batch = consume(spark, dsn=dsn, queue=QUEUE, vt=600, max_messages=n, partitions=partitions)
@@ -225,7 +249,7 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
 
             timed(name, desc, rows, lambda: fill(rows), lambda fn=fn: fn(rows), check_left)
         if wanted & {p for p in PATHS if p.startswith("stream_")}:
-            _stream_paths(spark, conn, dsn, big, small, rows, wanted, partitions, timed)
+            _stream_paths(spark, conn, dsn, big, small, rows, wanted, partitions, timed, log)
     finally:
         if conn.execute("SELECT 1 FROM pgmq.streams WHERE stream_name = %s", (STREAM,)).fetchone():
             conn.execute("SELECT pgmq.drop_stream(%s)", (STREAM,))
@@ -237,7 +261,8 @@ def run(dsn: str, rows: int = 200_000, spark=None, log: Callable[[str], None] = 
 
 
 def _stream_paths(spark, conn: psycopg.Connection, dsn: str, big, small, rows: int,
-                  wanted: set[str], partitions: int, timed: Callable[..., None]) -> None:
+                  wanted: set[str], partitions: int, timed: Callable[..., None],
+                  log: Callable[[str], None]) -> None:
     """The stream_* paths: publishing into a pgmq stream (COPY into its current segment, or
     pgmq.stream_send_batch), a batch read of every event, and a subscription consumed by
     readStream (availableNow, the subscription moved on commit)."""
@@ -285,13 +310,9 @@ def _stream_paths(spark, conn: psycopg.Connection, dsn: str, big, small, rows: i
 
     def consume_subscription(_n: int) -> None:
         with tempfile.TemporaryDirectory(prefix="pgmq-bench-ck-") as ck:
-            q = (spark.readStream.format("pgmq").option("dsn", dsn).option("stream", STREAM)
-                 .option("subscription", "bench").option("numPartitions", partitions).load()
-                 .writeStream.format("noop").option("checkpointLocation", ck)
-                 .trigger(availableNow=True).start())
-            q.awaitTermination()
-            if q.exception():
-                raise q.exception()
+            _run_available_now(spark.readStream.format("pgmq").option("dsn", dsn)
+                               .option("stream", STREAM).option("subscription", "bench")
+                               .option("numPartitions", partitions), ck, log)
 
     def lag() -> int:
         return conn.execute("SELECT lag_events FROM pgmq.stream_info(%s)", (STREAM,)).fetchone()[0]

@@ -30,7 +30,13 @@ TEXT, JSONB, INT4, INT8, TIMESTAMPTZ = "text", "jsonb", "int4", "int8", "timesta
 KINDS = (TEXT, JSONB, INT4, INT8, TIMESTAMPTZ)
 
 _NULL = b"\xff\xff\xff\xff"  # length -1
-_EMPTY = pa.scalar(b"", pa.large_binary())
+
+
+def _empty() -> pa.Scalar:
+    """b"" as an Arrow scalar: made on use, as pyarrow's first scalar imports pandas (~0.2 s),
+    which a stream reader's driver process never needs (docs/performance/spark-consumption.md)."""
+    return pa.scalar(b"", pa.large_binary())
+
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 minus 1970-01-01, in microseconds
 _FIXED = {INT4: ">i4", INT8: ">i8", TIMESTAMPTZ: ">i8"}
 
@@ -86,8 +92,8 @@ def _text_field(arr: pa.Array, kind: str) -> pa.Array:
     valid = None
     if body.null_count:
         valid = body.is_valid()
-        body = pc.fill_null(body, _EMPTY)
-    return _with_nulls(pc.binary_join_element_wise(_as_binary(head), body, _EMPTY), valid)
+        body = pc.fill_null(body, _empty())
+    return _with_nulls(pc.binary_join_element_wise(_as_binary(head), body, _empty()), valid)
 
 
 def field(arr: pa.Array | pa.ChunkedArray, kind: str) -> pa.Array:
@@ -112,6 +118,6 @@ def rows(columns: Sequence[tuple[pa.Array, str]]) -> pa.Buffer:
     if n == 0:
         return pa.py_buffer(b"")
     count = np.full(n, len(columns), np.dtype([("n", ">i2")]))
-    joined = pc.binary_join_element_wise(_as_binary(count), *(field(a, k) for a, k in columns), _EMPTY)
+    joined = pc.binary_join_element_wise(_as_binary(count), *(field(a, k) for a, k in columns), _empty())
     offsets = np.frombuffer(joined.buffers()[1], np.int64, n + 1, joined.offset * 8)
     return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))

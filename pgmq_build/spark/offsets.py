@@ -6,6 +6,7 @@ commit a lower msg_id is running), the planning of the next batch, its split int
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -52,6 +53,7 @@ def last_msg_id(conn: psycopg.Connection, info: QueueInfo) -> int:
 _WRITERS = ("SELECT DISTINCT l.virtualtransaction FROM pg_locks l "
             "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.granted "
             "AND l.mode = 'RowExclusiveLock' AND l.pid IS DISTINCT FROM pg_backend_pid() "
+            "AND l.pid <> ALL(%s::integer[]) "
             "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())")
 _STILL = ("SELECT DISTINCT l.virtualtransaction FROM pg_locks l "
           "WHERE l.locktype = 'relation' AND l.relation = %s::regclass "
@@ -59,15 +61,16 @@ _STILL = ("SELECT DISTINCT l.virtualtransaction FROM pg_locks l "
 
 
 def safe_high_water_mark(conn: psycopg.Connection, info: QueueInfo, wait_seconds: float,
-                         poll: float = 0.02) -> tuple[int, bool]:
+                         poll: float = 0.02, ignore: Sequence[int] = ()) -> tuple[int, bool]:
     """(L, settled): L is the sequence's last value read *before* looking at the writers; it is
     safe (every transaction that may hold an id <= L has ended, so all such rows that will ever
     exist are visible) once settled is True. A transaction must hold RowExclusiveLock on the
     queue table before it can draw an id, so the writers holding it right after L was read are
     the only ones that may still commit an id <= L; we wait (up to ``wait_seconds``) until each
-    of them has ended. Needs an autocommit connection (fresh snapshots)."""
+    of them has ended. ``ignore``: backends known to draw no id (the reader's own acks, which
+    only delete). Needs an autocommit connection (fresh snapshots)."""
     high = last_msg_id(conn, info)
-    writers = [r[0] for r in conn.execute(_WRITERS, (info.qname,)).fetchall()]
+    writers = [r[0] for r in conn.execute(_WRITERS, (info.qname, list(ignore))).fetchall()]
     deadline = time.monotonic() + wait_seconds
     while writers:
         writers = [r[0] for r in conn.execute(_STILL, (info.qname, writers)).fetchall()]

@@ -12,6 +12,7 @@ Where each direction lives (the modules marked * import no pyspark and run on ex
 * snapshot.py*: rows as Arrow (COPY to CSV parsed by pyarrow), msg_id ranges
 * claims.py*: pgmq.read claims, lease-fenced ack/nack, and consume() / ack() / nack()
 * offsets.py*: the stream reader's offsets, safe high-water mark, planning and acks
+* acker.py*: the stream reader's acks in the background (one connection and thread)
 * publishing.py*: Arrow batch encoding and the insert paths (COPY, send, topics, exchanges)
 * copybinary.py*: Arrow columns as PostgreSQL binary COPY rows (the publish paths' COPY format)
 * staging.py*: exactly-once publishing (staging table, sink progress, the connector's tables)

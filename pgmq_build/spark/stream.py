@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from . import offsets, staging, stream_events
+from .acker import Acker
 from .batch import (
     EventPartition,
     Published,
@@ -135,10 +136,12 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
     start's pending ids, minus end.pending (ids not yet visible when planned: delayed, leased or
     reserved messages; they come in a later batch once visible). Rows are changed only by the
     ack, so a replayed batch re-reads exactly the same rows. The ack (delete/archive, option
-    onCommit) runs in commit(end) and, because Spark never commits the last batch of a run, in
+    onCommit) starts in commit(end) and, because Spark never commits the last batch of a run, in
     latestOffset(start) too: Spark asks for the next offset only once ``start``'s batch is in the
-    commit log. The high-water mark is "safe": no transaction that may still commit a msg_id
-    below it is running (see offsets.safe_high_water_mark).
+    commit log. It runs in the background (acker.py) while Spark reads the next batch; a
+    latestOffset that finds nothing new waits for it, and so does stop(). The high-water mark
+    is "safe": no transaction that may still commit a msg_id below it is running (see
+    offsets.safe_high_water_mark).
 
     The instance Spark uses for offsets and commits lives in one driver process for the whole
     query and keeps a connection; read() runs on executors on a pickled copy without it.
@@ -150,9 +153,16 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         with connect(spec.dsn, autocommit=True) as conn:
             self.info = resolve_queue(conn, spec.queue)
         self._initial: Offset | None = None
-        self._acked: Offset | None = None  # everything up to here is acked
+        self._acked: Offset | None = None  # everything up to here is acked or being acked
+        self._ack_from: Offset | None = None  # where the ack in flight started
+        self._acker: Acker | None = None  # made on first use, never pickled to executors
         self._safe = 0  # the highest high-water mark proven safe so far
         self._target: int | None = None  # Trigger.AvailableNow: never go past this
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_acker"] = None
+        return state
 
     # -- driver side
 
@@ -160,7 +170,9 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         conn = self._db()
         if not self.spec.safe_offsets:
             return offsets.last_msg_id(conn, self.info)
-        high, settled = offsets.safe_high_water_mark(conn, self.info, self.spec.inflight_wait)
+        high, settled = offsets.safe_high_water_mark(
+            conn, self.info, self.spec.inflight_wait,
+            ignore=self._acker.pids if self._acker is not None else ())
         if settled:
             self._safe = max(self._safe, high)
         else:
@@ -170,10 +182,15 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
 
     @_reconnecting
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+        if self._initial is not None:  # Spark asks again when it plans the first batch
+            return self._initial.to_json()
         if self.spec.starting == "latest":
             self._initial = Offset(self._high_water_mark())
         else:
             self._initial = Offset(0)
+        # acks start here: with startingOffsets=latest the messages before it were never this
+        # query's (the first ack used to archive them too)
+        self._acked = self._initial
         return self._initial.to_json()
 
     @_reconnecting
@@ -181,16 +198,28 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         self._target = self._high_water_mark()
 
     def _ack(self, upto: Offset) -> None:
+        """Start acking what was delivered up to ``upto`` (acker.py: it runs while Spark reads
+        the next batch; _settle() waits for it)."""
         if self.spec.on_commit == "none":
             return
         done = self._acked or Offset(0)
-        if self._acked is not None and upto.msg_id < done.msg_id:
+        if self._acked is not None and (upto.msg_id < done.msg_id or upto == done):
             return
-        n = offsets.ack_range(self._db(), self.info, done, upto, self.spec.on_commit)
-        self._acked = upto
-        if n:
-            log.info("pgmq stream %s: %s %d message(s) up to %d", self.spec.queue,
-                     self.spec.on_commit + "d", n, upto.msg_id)
+        self._settle()
+        if self._acker is None:
+            self._acker = Acker(self.spec.dsn, self.info, self.spec.on_commit)
+        self._acker.start(done, upto)
+        self._ack_from, self._acked = done, upto
+
+    def _settle(self) -> None:
+        """Wait for the ack in flight; when it failed, its range is acked again next time."""
+        if self._acker is None:
+            return
+        try:
+            self._acker.wait()
+        except BaseException:
+            self._acked = self._ack_from
+            raise
 
     @_reconnecting
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
@@ -212,6 +241,10 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = offsets.plan_batch(self._db(), self.info, begin, max(high, begin.msg_id), max_rows,
                              self.spec.respect_visibility, self.spec.max_pending)
+        if end == begin:
+            # caught up (and the last trigger of an availableNow run): nothing is left in flight
+            # when the query stops here
+            self._settle()
         return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -222,6 +255,17 @@ class PgmqStreamReader(_DriverConnection, DataSourceStreamReader, SupportsTrigge
     @_reconnecting
     def commit(self, end: dict) -> None:
         self._ack(Offset.from_json(end))
+
+    def stop(self) -> None:
+        try:
+            if self._acker is not None:
+                self._acker.close()
+        except Exception as exc:  # made again by the next run's first latestOffset
+            log.warning("pgmq stream %s: the last ack failed (%s); the next run makes it",
+                        self.spec.queue, exc)
+        finally:
+            self._acker = None
+            super().stop()
 
     # -- executors
 

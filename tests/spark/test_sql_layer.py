@@ -61,6 +61,12 @@ def test_safe_high_water_mark_waits_for_open_producers(dsn, info, sql, connect):
         # readers hold the same lock: a finished one does not hold anything back
         sql("SELECT * FROM pgmq.read('s', 30, 1)")
         assert offsets.safe_high_water_mark(c, info, 0.2) == (2, True)
+        # an open ack holds it too; the reader's own acks draw no id and are not waited for
+        ack = connect(autocommit=False)
+        ack.execute("DELETE FROM pgmq.q_s WHERE msg_id = 1")
+        assert offsets.safe_high_water_mark(c, info, 0.2) == (2, False)
+        assert offsets.safe_high_water_mark(c, info, 0.2, ignore=[ack.info.backend_pid]) == (2, True)
+        ack.rollback()
 
 
 def test_encode_sends_special_rows_through_pgmq_send(dsn, info, sql):
@@ -120,12 +126,67 @@ def test_a_stream_reader_replaces_its_broken_driver_connection(dsn, info, sql):
         assert first["msg_id"] == 3
         _terminate(sql, reader._conn)
         sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[2]))")
-        # acks the first batch and plans the next on a new connection
+        # acks the first batch (in the background) and plans the next on a new connection
         assert reader.latestOffset(first, ReadAllAvailable())["msg_id"] == 5
-        assert sql("SELECT count(*) FROM pgmq.a_s") == [(3,)]
+        wait_for(lambda: sql("SELECT count(*) FROM pgmq.a_s") == [(3,)], what="the first ack")
         _terminate(sql, reader._conn)
         reader.commit({"msg_id": 5, "pending": []})
+        wait_for(lambda: sql("SELECT count(*) FROM pgmq.q_s") == [(0,)], what="the second ack")
+    finally:
+        reader.stop()
+
+
+def _stream_reader(dsn: str, **options: str):
+    from pgmq_build.spark.options import stream_spec
+    from pgmq_build.spark.stream import PgmqStreamReader
+
+    return PgmqStreamReader(stream_spec({"dsn": dsn, "queue": "s", **options}))
+
+
+def test_a_stream_reader_acks_in_the_background_and_settles_when_caught_up(dsn, info, sql):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = _stream_reader(dsn)
+    try:
+        start = reader.initialOffset()
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[4]))")
+        first = reader.latestOffset(start, ReadAllAvailable())
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[2]))")
+        second = reader.latestOffset(first, ReadAllAvailable())  # acks 1..4 meanwhile
+        assert second["msg_id"] == 6
+        # nothing new: the answer waits for every ack, so a query stopping here (the last
+        # trigger of an availableNow run) leaves nothing delivered in the queue
+        assert reader.latestOffset(second, ReadAllAvailable()) == second
         assert sql("SELECT count(*) FROM pgmq.q_s") == [(0,)]
+        assert sql("SELECT count(*) FROM pgmq.a_s") == [(6,)]
+        # the reader Spark pickles to its executors carries no acker, thread or connection
+        import pickle
+
+        copy = pickle.loads(pickle.dumps(reader))
+        assert copy._acker is None and copy._conn is None
+    finally:
+        reader.stop()
+
+
+def test_a_failed_background_ack_is_raised_and_made_again(dsn, info, sql):
+    import psycopg
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = _stream_reader(dsn)
+    try:
+        start = reader.initialOffset()
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[3]))")
+        first = reader.latestOffset(start, ReadAllAvailable())
+        sql("ALTER TABLE pgmq.a_s ADD CONSTRAINT no_rows CHECK (false) NOT VALID")
+        # the ack of 1..3 fails in the background; the caught-up answer waits for it and
+        # raises its error (the query fails as it did when the ack ran in the foreground)
+        with pytest.raises(psycopg.errors.CheckViolation):
+            reader.latestOffset(first, ReadAllAvailable())
+        assert sql("SELECT count(*) FROM pgmq.q_s") == [(3,)]
+        sql("ALTER TABLE pgmq.a_s DROP CONSTRAINT no_rows")
+        # the failed range is acked again by the next call
+        assert reader.latestOffset(first, ReadAllAvailable()) == first
+        assert sql("SELECT count(*) FROM pgmq.a_s") == [(3,)]
     finally:
         reader.stop()
 
@@ -160,3 +221,36 @@ def test_spark_still_sees_latest_offsets_parameters():
 
     for reader in (PgmqStreamReader, SubscriptionStreamReader):
         assert list(inspect.signature(reader.latestOffset).parameters) == ["self", "start", "limit"]
+
+
+def test_the_stream_reader_imports_no_pandas():
+    # Spark starts a new Python process for every streaming query's reader; pandas (imported by
+    # pyarrow's first scalar) added ~0.2 s to each query's start (spark-consumption.md)
+    import subprocess
+    import sys
+
+    code = ("import sys, pyspark.sql.streaming.python_streaming_source_runner, "
+            "pgmq_build.spark.stream; print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_starting_at_latest_never_acks_what_came_before(dsn, info, sql):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[3]))")  # before the query
+    reader = _stream_reader(dsn, startingOffsets="latest")
+    try:
+        start = reader.initialOffset()
+        assert start["msg_id"] == 3
+        sql("SELECT pgmq.send_batch('s', array_fill('{}'::jsonb, ARRAY[2]))")
+        # Spark asks for it again when it plans the first batch: the same answer
+        assert reader.initialOffset() == start
+        end = reader.latestOffset(start, ReadAllAvailable())
+        reader.commit(end)
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # caught up: acks settled
+        # only what the query delivered (4, 5) is archived; 1..3 were never its messages
+        assert sql("SELECT msg_id FROM pgmq.a_s ORDER BY 1") == [(4,), (5,)]
+        assert sql("SELECT msg_id FROM pgmq.q_s ORDER BY 1") == [(1,), (2,), (3,)]
+    finally:
+        reader.stop()
