@@ -27,6 +27,7 @@ END
 $twins$;
 CREATE UNIQUE INDEX meta_queue_name_lower_key ON pgmq.meta (lower(queue_name));
 CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
+CREATE UNIQUE INDEX callbacks_queue_name_lower_key ON pgmq.callbacks (lower(queue_name));
 
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.send(text, jsonb, jsonb, timestamp with time zone)
@@ -71,6 +72,9 @@ CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (
 -- replace: pgmq.set_payload_type(text, regtype)
 -- replace: pgmq.send_payload(text, anyelement, jsonb, integer)
 -- replace: pgmq._register_callback(text, regprocedure, text, text)
+-- replace: pgmq._dispatch_one(text)
+-- replace: pgmq._dispatch_one_detail(text)
+-- replace: pgmq._callback_queues(text)
 -- replace: pgmq.pause(text)
 -- replace: pgmq.resume(text)
 -- replace: pgmq._queue_metrics_of(text)
@@ -6596,6 +6600,260 @@ BEGIN
     -- to make it inside their callbacks' transactions.
     PERFORM pgmq._prove_caller();
     PERFORM pgmq._make_callback_runner(current_user);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._dispatch_one(queue_name text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_registrant name;
+    v_runner     text;
+    v_fn         regprocedure;
+    v_msg        pgmq.message_record;
+    v_error      text;
+    v_queue      text;
+BEGIN
+    SELECT c.registrant, c.queue_name INTO v_registrant, v_queue
+    FROM pgmq.callbacks c WHERE (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dispatch_one.queue_name));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    queue_name := v_queue;  -- as the catalog spells it, whichever spelling the caller used
+    -- Only a session acting as the registrant runs its callback, through an unaltered runner.
+    -- Checked before a message is claimed, so a refusal counts no attempt.
+    IF v_registrant IS DISTINCT FROM current_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the callback of queue "%s" runs as role "%s", and this session acts as role "%s"',
+                             queue_name, v_registrant, current_user),
+            HINT = 'Dispatch in a session acting as the registrant: connect as it, or SET ROLE to it and scrub the session (DISCARD ALL) before it serves anyone else, as pgmq-build worker does.';
+    END IF;
+    v_runner := '_callback_as_' || md5(v_registrant);
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND p.prosrc = 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
+    FROM pgmq.callbacks c
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
+    END IF;
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;') THEN
+        -- missing (its owner dropped it), altered by its owner, or made by an older release
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    END IF;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        -- The subtransaction's rollback took back the callback's settings and temporary objects.
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, 'callback', v_error);
+        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
+        VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed OPERATOR(pg_catalog.+) 1;
+        RETURN 'failed';
+    END;
+    -- A plain SET in the callback outlives the runner's SET clause: pinned again for the rest.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
+    VALUES (_dispatch_one.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded OPERATOR(pg_catalog.+) 1;
+    RETURN 'done';
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._dispatch_one_detail(queue_name text, OUT outcome text, OUT dispatched_msg_id bigint, OUT error_text text)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_registrant name;
+    v_runner     text;
+    v_fn         regprocedure;
+    v_msg        pgmq.message_record;
+    v_error      text;
+    v_queue      text;
+BEGIN
+    SELECT c.registrant, c.queue_name INTO v_registrant, v_queue
+    FROM pgmq.callbacks c WHERE (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dispatch_one_detail.queue_name));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    queue_name := v_queue;  -- as the catalog spells it, whichever spelling the caller used
+    -- Only a session acting as the registrant runs its callback, through an unaltered runner.
+    -- Checked before a message is claimed, so a refusal counts no attempt.
+    IF v_registrant IS DISTINCT FROM current_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the callback of queue "%s" runs as role "%s", and this session acts as role "%s"',
+                             queue_name, v_registrant, current_user),
+            HINT = 'Dispatch in a session acting as the registrant: connect as it, or SET ROLE to it and scrub the session (DISCARD ALL) before it serves anyone else, as pgmq-build worker does.';
+    END IF;
+    v_runner := '_callback_as_' || md5(v_registrant);
+    v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    IF v_fn IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+        WHERE p.oid = v_fn AND p.prosecdef
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = v_registrant)
+          AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']
+          AND p.prosrc = 'DECLARE
+    v_schema pg_catalog.name;
+    v_name   pg_catalog.name;
+    v_path   pg_catalog.text;
+    v_held   pg_catalog.text[];
+    v_cursor pg_catalog.text;
+BEGIN
+    -- (with the held cursors there are before the callback: the dispatcher''s, kept open)
+    SELECT n.nspname, p.proname, c.search_path,
+           ARRAY(SELECT h.name FROM pg_catalog.pg_cursors h WHERE h.is_holdable)
+    INTO v_schema, v_name, v_path, v_held
+    FROM pgmq.callbacks c
+    LEFT JOIN pg_catalog.pg_proc p
+           ON p.oid = pg_catalog.to_regprocedure(c.callback)
+          AND p.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = c.callback_owner)
+    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE c.queue_name = $1 AND c.registrant = current_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = ''undefined_object'',
+            MESSAGE = pg_catalog.format(''role "%s" has no callback on queue "%s"'', current_user, $1);
+    END IF;
+    IF v_name IS NULL THEN  -- dropped, or made again by another role: not the one registered
+        RAISE EXCEPTION USING ERRCODE = ''undefined_function'',
+            MESSAGE = pg_catalog.format(''the callback of queue "%s" is gone or no longer the procedure registered'', $1),
+            HINT = ''Register it again (pgmq.register_callback) if the procedure there now is the one to run.'';
+    END IF;
+    -- The registrant''s search_path while the callback runs. The CALL is qualified and built before.
+    PERFORM pg_catalog.set_config(''search_path'', v_path, true);
+    EXECUTE pg_catalog.format(''CALL %I.%I($1)'', v_schema, v_name) USING $2;
+    -- What the callback left that would run later as whoever commits runs now, as the registrant:
+    -- deferred triggers fire, new held cursors close (COMMIT would run their queries). Still
+    -- under the callback''s search_path, which may be anything: hence every name qualified (and
+    -- whatever it resolves runs as the registrant). _dispatch_one pins its own path again.
+    SET CONSTRAINTS ALL IMMEDIATE;
+    FOR v_cursor IN SELECT h.name FROM pg_catalog.pg_cursors h
+                    WHERE h.is_holdable AND h.name OPERATOR(pg_catalog.<>) ALL (v_held) LOOP
+        EXECUTE pg_catalog.format(''CLOSE %I'', v_cursor);
+    END LOOP;
+END;') THEN
+        -- missing (its owner dropped it), altered by its owner, or made by an older release
+        PERFORM pgmq._prove_caller();
+        PERFORM pgmq._make_callback_runner(v_registrant);
+        v_fn := to_regprocedure(format('pgmq.%I(text, jsonb)', v_runner));
+    END IF;
+
+    v_msg := pgmq._claim_message(queue_name, NULL, NULL, NULL);
+    IF v_msg.msg_id IS NULL THEN
+        outcome := NULL; dispatched_msg_id := v_msg.msg_id; error_text := NULL;
+        RETURN;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT pgmq.%I($1, $2)', v_runner) USING queue_name, v_msg.message;
+    EXCEPTION WHEN OTHERS THEN
+        -- The subtransaction's rollback took back the callback's settings and temporary objects.
+        GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+        PERFORM pgmq._record_failure(queue_name, v_msg.msg_id, least(v_msg.read_ct, 2147483646) + 1, 'callback', v_error);
+        INSERT INTO pgmq.callback_counts AS c (queue_name, shard, failed)
+        VALUES (_dispatch_one_detail.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+        ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET failed = c.failed OPERATOR(pg_catalog.+) 1;
+        outcome := 'failed'; dispatched_msg_id := v_msg.msg_id; error_text := v_error;
+        RETURN;
+    END;
+    -- A plain SET in the callback outlives the runner's SET clause: pinned again for the rest.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- In the claiming (outer) transaction, not the subtransaction: one xid on the row, so a
+    -- crash before commit is seen as a plain rolled-back attempt by the next consumer.
+    PERFORM pgmq._static_delete_one(v_msg.msg_id, queue_name);
+    INSERT INTO pgmq.callback_counts AS c (queue_name, shard, succeeded)
+    VALUES (_dispatch_one_detail.queue_name, pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.%) 16, 1)
+    ON CONFLICT ON CONSTRAINT callback_counts_pkey DO UPDATE SET succeeded = c.succeeded OPERATOR(pg_catalog.+) 1;
+    outcome := 'done'; dispatched_msg_id := v_msg.msg_id; error_text := NULL;
+    RETURN;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._callback_queues(queue_name text)
+RETURNS text[]
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_home    boolean;
+    v_queues  text[];
+    v_skipped text[];
+BEGIN
+    v_home := session_user = current_user
+              AND (SELECT a.usesysid FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a)
+                  = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
+    SELECT array_agg(c.queue_name::text ORDER BY c.queue_name) FILTER (WHERE v_home AND c.registrant = current_user),
+           array_agg(format('"%s" (role "%s")', c.queue_name, c.registrant) ORDER BY c.queue_name)
+               FILTER (WHERE NOT (v_home AND c.registrant = current_user))
+    INTO v_queues, v_skipped
+    FROM pgmq.callbacks c
+    WHERE _callback_queues.queue_name IS NULL OR (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_callback_queues.queue_name));
+    IF queue_name IS NOT NULL AND v_queues IS NULL AND v_skipped IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
+    END IF;
+    IF v_skipped IS NOT NULL THEN
+        IF queue_name IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('dispatch runs callbacks only in their registrant''s own session: queue %s is not this session''s (role "%s"%s)',
+                                 v_skipped[1], current_user, CASE WHEN v_home THEN '' ELSE ', logged in as another role' END),
+                HINT = 'Run dispatch as the registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker.';
+        END IF;
+        RAISE NOTICE USING
+            MESSAGE = format('dispatch skipped the callbacks of %s: they run only in their registrant''s own session',
+                             array_to_string(v_skipped, ', ')),
+            HINT = 'Run dispatch as each registrant (a pg_cron job it schedules, or its own connection), or pgmq-build worker, which serves every role it may SET ROLE to.';
+    END IF;
+    RETURN coalesce(v_queues, '{}');
 END;
 $fn$;
 

@@ -14332,6 +14332,7 @@ CREATE TABLE pgmq.callbacks (
     registrant    NAME NOT NULL DEFAULT current_user,
     callback_owner NAME NOT NULL
 );
+CREATE UNIQUE INDEX callbacks_queue_name_lower_key ON pgmq.callbacks (lower(queue_name));
 -- How many callbacks of each queue ran and how many raised (queue_metrics). A dispatcher adds to
 -- one of 16 rows per queue, chosen by its backend pid, so that concurrent dispatchers rarely wait
 -- for each other's row lock; the rows go with the queue.
@@ -14683,12 +14684,14 @@ DECLARE
     v_fn         regprocedure;
     v_msg        pgmq.message_record;
     v_error      text;
+    v_queue      text;
 BEGIN
-    SELECT c.registrant INTO v_registrant
-    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one.queue_name;
+    SELECT c.registrant, c.queue_name INTO v_registrant, v_queue
+    FROM pgmq.callbacks c WHERE (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dispatch_one.queue_name));
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;
+    queue_name := v_queue;  -- as the catalog spells it, whichever spelling the caller used
     -- Only a session acting as the registrant runs its callback, through an unaltered runner.
     -- Checked before a message is claimed, so a refusal counts no attempt.
     IF v_registrant IS DISTINCT FROM current_user THEN
@@ -14789,12 +14792,14 @@ DECLARE
     v_fn         regprocedure;
     v_msg        pgmq.message_record;
     v_error      text;
+    v_queue      text;
 BEGIN
-    SELECT c.registrant INTO v_registrant
-    FROM pgmq.callbacks c WHERE c.queue_name = _dispatch_one_detail.queue_name;
+    SELECT c.registrant, c.queue_name INTO v_registrant, v_queue
+    FROM pgmq.callbacks c WHERE (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dispatch_one_detail.queue_name));
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;
+    queue_name := v_queue;  -- as the catalog spells it, whichever spelling the caller used
     -- Only a session acting as the registrant runs its callback, through an unaltered runner.
     -- Checked before a message is claimed, so a refusal counts no attempt.
     IF v_registrant IS DISTINCT FROM current_user THEN
@@ -14907,7 +14912,7 @@ BEGIN
                FILTER (WHERE NOT (v_home AND c.registrant = current_user))
     INTO v_queues, v_skipped
     FROM pgmq.callbacks c
-    WHERE _callback_queues.queue_name IS NULL OR c.queue_name = _callback_queues.queue_name;
+    WHERE _callback_queues.queue_name IS NULL OR (pg_catalog.lower(c.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_callback_queues.queue_name));
     IF queue_name IS NOT NULL AND v_queues IS NULL AND v_skipped IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object', MESSAGE = format('queue "%s" has no callback', queue_name);
     END IF;

@@ -117,3 +117,20 @@ def test_a_queue_is_not_its_own_dead_letter_queue_under_another_spelling(conn):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="its own dead-letter queue"):
         conn.execute("SELECT pgmq.set_retry_policy('jobs', 1, 0, 1, NULL, 'JOBS')")
     assert scalar(conn, "SELECT count(*) FROM pgmq.queue_settings") == 0
+
+
+def test_dispatch_under_another_spelling_runs_the_callback(conn):
+    """The callback registered on 'jobs' (under any spelling) runs for dispatch('JOBS'), and its
+    counts are the queue's (2.11.0: 'queue "JOBS" has no callback')."""
+    conn.execute("CREATE TABLE public.handled (n int)")
+    conn.execute("CREATE PROCEDURE public.handle(m jsonb) LANGUAGE sql "
+                 "AS $$ INSERT INTO public.handled VALUES ((m->>'n')::int) $$")
+    conn.execute("SELECT pgmq.create('jobs')")
+    conn.execute("CALL pgmq.register_callback('Jobs', 'public.handle(jsonb)')")
+    assert column(conn, "SELECT queue_name FROM pgmq.list_callbacks()") == ["jobs"]
+    conn.execute("""SELECT pgmq.send('jobs', '{"n": 1}'), pgmq.send('jobs', '{"n": 2}')""")
+    conn.execute("CALL pgmq.dispatch('JOBS', 10)")
+    assert column(conn, "SELECT n FROM public.handled ORDER BY n") == [1, 2]
+    assert scalar(conn, "SELECT callback_succeeded FROM pgmq.queue_metrics('jobs')") == 2
+    with pytest.raises(psycopg.errors.UndefinedObject, match='queue "nosuch" has no callback'):
+        conn.execute("CALL pgmq.dispatch('nosuch')")
