@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.12.0"
+VERSION = "2.13.0"
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -201,6 +201,16 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.1--2.11.0.sql": "eb1c0627f776df78a1786ff8fe644f0c724619544ef09784017ac7b10b56984b",
         "pgmq-standalone--1.13.0--2.11.0.sql": "0c1f9988e8805b659e209f6d0b7acc59d5673462c2fec36d78c2dad96e83a11b",
         "pgmq-standalone--1.13.1--2.11.0.sql": "8e4e9b3986c10761d9cac57815394e1424e962c187f1cdd9faa1a3e7d620ba64",
+    }),
+    Release("2.12.0", {
+        "pgmq--2.12.0.sql": "c429928454ff10f746ca1e6827b0df61ac15005f71c1a6b8342818bd08166666",
+        "pgmq-standalone--2.12.0.sql": "1ebceb7f7a98e76581caab87ad1e32191521a3e0430e9d31f3b80abd7d1d091f",
+        "pgmq--2.11.0--2.12.0.sql": "8b6776896d8f8511db3bd580e198f3fd123079ab1ab3a5dd99bcf8b69a682330",
+        "pgmq-standalone--2.11.0--2.12.0.sql": "77718840c05e297342874f743d65caecfb767c12079fb8d6c32d589d18a704a4",
+        "pgmq--1.13.x--2.12.0.sql": "a54108fca2728552466302e9222fd757648886a5dc998f655ac9328743de49f1",
+        "pgmq-standalone--1.13.x--2.12.0.sql": "18ae04dddcd06864e70e256084e8aaacdcd8e19f574fd1ca62ef8c58dd640042",
+        "pgmq--1.13.0--1.13.x.sql": "27685d11c3b1922abe743d694ab81d894ed6116129e110a9b69dab6230022691",
+        "pgmq--1.13.1--1.13.x.sql": "f34cce6451e29065966af61cee14ae3f0f737892823e52c32e3cc9bb21b025cb",
     }),
 )
 
