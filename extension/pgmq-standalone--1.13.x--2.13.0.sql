@@ -1864,6 +1864,12 @@ DECLARE
     v_lost      boolean;
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
+    v_counting  boolean;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -1873,41 +1879,111 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
+    <<consumed>>
+    BEGIN
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
         END IF;
-        RETURN;
+        v_left := v_left - v_taken;
+        EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
     -- rounds only when that came back short: a row was not one of them, or the queue has no more
     IF v_ttl_only AND v_ranked THEN
-        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSIF v_ttl_only THEN
-        RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSIF v_ranked THEN
-        RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSE
-        RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     END IF;
-    GET DIAGNOSTICS v_taken = ROW_COUNT;
     v_left := v_left - v_taken;
-    IF v_left <= 0 THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
-    IF NOT pgmq._static_peek(conditional, v_now, queue_name) THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN NOT pgmq._static_peek(conditional, v_now, queue_name);
     LOOP
         -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
@@ -1923,6 +1999,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -1945,6 +2024,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -1967,6 +2049,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -1989,6 +2074,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -2018,6 +2106,24 @@ BEGIN
         v_left := v_left - v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
@@ -2028,8 +2134,8 @@ COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditio
 -- its head, where every message leased and not yet deleted sits with its old row version, so
 -- each read steps over as many rows as there are consumers in flight (docs/performance/
 -- contention.md: a third less server CPU per message at 64 and 256 consumers). Leased rows
--- are at the far end of the vt index. A queue with delivery rules, priorities or a pause is
--- read by read itself: its order and rules stand.
+-- are at the far end of the vt index. A queue with delivery rules, priorities, a pause or
+-- delivery counting is read by read itself: its order and rules stand.
 CREATE FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
@@ -2046,6 +2152,7 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
     END IF;
     SELECT s.retry_policy OR s.message_ttl IS NOT NULL OR s.message_limits OR s.paused OR s.priorities
+           OR s.count_deliveries
     INTO v_other
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_unordered.queue_name));
     IF coalesce(v_other, false) THEN
@@ -2116,6 +2223,12 @@ DECLARE
     v_lost      boolean;
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
+    v_counting  boolean;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -2125,41 +2238,111 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
+    <<consumed>>
+    BEGIN
     IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
         IF v_ranked THEN
-            RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
         ELSE
-            RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
         END IF;
-        RETURN;
+        v_left := v_left - v_taken;
+        EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
     -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
     -- rounds only when that came back short: a row was not one of them, or the queue has no more
     IF v_ttl_only AND v_ranked THEN
-        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSIF v_ttl_only THEN
-        RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSIF v_ranked THEN
-        RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     ELSE
-        RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
     END IF;
-    GET DIAGNOSTICS v_taken = ROW_COUNT;
     v_left := v_left - v_taken;
-    IF v_left <= 0 THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
-    IF NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name) THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name);
     LOOP
         -- one round: the judged statement (judged_round)
         IF v_ttl_only AND v_ranked THEN
@@ -2175,6 +2358,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -2197,6 +2383,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -2219,6 +2408,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -2241,6 +2433,9 @@ BEGIN
                     v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_row.reason = 'retry' THEN
                     v_retried := true;
                 ELSIF v_row.reason = 'lost' THEN
@@ -2270,6 +2465,24 @@ BEGIN
         v_left := v_left - v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
@@ -6904,7 +7117,8 @@ CREATE TABLE pgmq.queue_settings (
     payload_type      REGTYPE CHECK (payload_type <> 'jsonb'::regtype),
     paused            BOOLEAN NOT NULL DEFAULT false,
     priorities        BOOLEAN NOT NULL DEFAULT false,
-    dead_letter_set_by NAME
+    dead_letter_set_by NAME,
+    count_deliveries  BOOLEAN NOT NULL DEFAULT false
 );
 CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
 
@@ -6937,11 +7151,20 @@ CREATE TABLE pgmq.queue_counters (
     queue_name VARCHAR NOT NULL
         CONSTRAINT queue_counters_meta_queue_name_fk
             REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
-    counter    TEXT NOT NULL CHECK (counter IN ('dead_lettered', 'nacked')),
+    counter    TEXT NOT NULL CHECK (counter IN ('dead_lettered', 'nacked', 'delivered', 'redelivered')),
     reason     TEXT NOT NULL DEFAULT '',  -- a dead letter's reason (x-pgmq-dead-letter)
     slot       BIGINT NOT NULL,
     n          BIGINT NOT NULL CHECK (n >= 0),
     PRIMARY KEY (queue_name, counter, reason, slot)
+);
+CREATE TABLE pgmq.queue_consumers (
+    queue_name VARCHAR NOT NULL
+        CONSTRAINT queue_consumers_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    pid        INTEGER NOT NULL,
+    role_name  NAME NOT NULL,
+    last_seen  TIMESTAMP WITH TIME ZONE NOT NULL,
+    PRIMARY KEY (queue_name, pid)
 );
 
 -- features/delivery/functions/policy.sql.j2
@@ -8882,6 +9105,14 @@ DECLARE
     v_have    bigint := 0;
     v_s       pgmq.queue_settings;
     v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
     v_size    bigint;
 BEGIN
     IF qty IS NULL THEN
@@ -8909,6 +9140,10 @@ BEGIN
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -8996,141 +9231,286 @@ BEGIN
             EXIT passes WHEN v_have >= qty;
         END LOOP;
     END LOOP;
-    IF cardinality(v_claimed) = 0 THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
 
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                    WHERE NOT EXISTS (
-                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                    FROM claimed c
-                    CROSS JOIN LATERAL (
-                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                        ORDER BY q.msg_id
-                        LIMIT $4
-                    ) m
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
         ELSE
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                    WHERE NOT EXISTS (
-                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT s.msg_id, s.ord, s.rn, s.visible
-                    FROM (
-                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ) s
-                    WHERE s.rn <= $4
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
         END IF;
     ELSE
         IF v_indexed THEN
@@ -9242,6 +9622,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -9356,6 +9740,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -9363,6 +9751,24 @@ $q$,
                 END IF;
             END LOOP;
         END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -9415,6 +9821,14 @@ DECLARE
     v_have    bigint := 0;
     v_s       pgmq.queue_settings;
     v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -9441,6 +9855,10 @@ BEGIN
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -9517,137 +9935,278 @@ BEGIN
             EXIT passes WHEN v_have >= qty;
         END LOOP;
     END LOOP;
-    IF cardinality(v_claimed) = 0 THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
 
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                    FROM claimed c
-                    CROSS JOIN LATERAL (
-                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                        ORDER BY q.msg_id
-                        LIMIT $4
-                    ) m
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
         ELSE
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT s.msg_id, s.ord, s.rn, s.visible
-                    FROM (
-                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ) s
-                    WHERE s.rn <= $4
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
         END IF;
     ELSE
         IF v_indexed THEN
@@ -9757,6 +10316,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -9869,6 +10432,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -9876,6 +10443,24 @@ $q$,
                 END IF;
             END LOOP;
         END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -9928,6 +10513,14 @@ DECLARE
     v_have    bigint := 0;
     v_s       pgmq.queue_settings;
     v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -9954,6 +10547,10 @@ BEGIN
     IF v_s.paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
     END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
 
     -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
     <<passes>>
@@ -10030,137 +10627,278 @@ BEGIN
             EXIT passes WHEN v_have >= qty;
         END LOOP;
     END LOOP;
-    IF cardinality(v_claimed) = 0 THEN
-        RETURN;
-    END IF;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
 
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
-                    FROM claimed c
-                    CROSS JOIN LATERAL (
-                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                        ORDER BY q.msg_id
-                        LIMIT $4
-                    ) m
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+            END IF;
         ELSE
-            RETURN QUERY EXECUTE format(
-                $q$WITH claimed AS (
-                    SELECT c.k, c.ord
-                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
-                ), member AS (
-                    -- the first $4 messages of each claimed group; rn 1 is the head
-                    SELECT s.msg_id, s.ord, s.rn, s.visible
-                    FROM (
-                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
-                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
                         FROM pgmq.%1$I q
-                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
-                    ) s
-                    WHERE s.rn <= $4
-                ), runnable AS (
-                    -- the unbroken run of visible messages from the head
-                    SELECT r.msg_id, r.ord, r.rn
-                    FROM (
-                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
-                        FROM member
-                    ) r
-                    WHERE r.unbroken
-                ), chosen AS (
-                    SELECT w.msg_id, w.ord, w.rn, w.pos
-                    FROM (
-                        SELECT runnable.*,
-                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
-                        FROM runnable
-                    ) w
-                    WHERE w.pos <= $2
-                ), locked AS MATERIALIZED (
-                    SELECT q.msg_id
-                    FROM pgmq.%1$I q
-                    WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
-                      AND q.vt <= $3
-                    FOR UPDATE SKIP LOCKED
-                ), kept AS (
-                    -- a message whose group has an older message we could not lock stays where it is
-                    SELECT k.msg_id, k.pos
-                    FROM (
-                        SELECT chosen.msg_id, chosen.pos,
-                               bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
-                        FROM chosen
-                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
-                    ) k
-                    WHERE k.unbroken
-                ), leased AS (
-                    UPDATE pgmq.%1$I q
-                    SET vt = $3 + $5,
-                        read_ct = least(q.read_ct, 2147483646) + 1,
-                        last_read_at = $3
-                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
-                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-                )
-                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
-                FROM leased
-                JOIN kept ON kept.msg_id = leased.msg_id
-                ORDER BY kept.pos
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
 $q$,
-                v_qtable)
-            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+            END IF;
         END IF;
     ELSE
         IF v_indexed THEN
@@ -10270,6 +11008,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -10382,6 +11124,10 @@ $q$,
             LOOP
                 IF v_r.failed IS NULL THEN
                     RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
                 ELSIF v_r.failed = 'ttl' THEN
                     PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
                 ELSE
@@ -10389,6 +11135,24 @@ $q$,
                 END IF;
             END LOOP;
         END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -15828,6 +16592,119 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.metrics_history(queue_name text, since timestamp with time zone) IS 'The samples sample_metrics() recorded of one queue, or of every queue the caller may read (NULL), since a time (NULL: all kept), by queue and time.';
 
+-- features/ops/functions/delivery_counting.sql.j2
+-- set_delivery_counting: the owner's switch. Returns whether the state changed.
+CREATE FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_delivery_counting.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name))) ELSE false END) THEN
+        IF set_delivery_counting.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_delivery_counting.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name)));
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'enabled cannot be NULL';
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF enabled THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
+        VALUES (set_delivery_counting.queue_name, true)
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
+        WHERE NOT s.count_deliveries
+        RETURNING true INTO v_changed;
+    ELSE
+        UPDATE pgmq.queue_settings s SET count_deliveries = false
+        WHERE s.queue_name = set_delivery_counting.queue_name AND s.count_deliveries
+        RETURNING true INTO v_changed;
+    END IF;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers), at the cost of a few microseconds a read. Returns false when it was set so already.';
+
+-- _flush_deliveries: a session's counts of a queue into queue_counters, and the session into
+-- queue_consumers; as the caller (row security: whoever may consume the queue). Nothing here
+-- waits for another consumer's transaction: the counters take a row no one holds
+-- (count_failure); the consumer row is this backend's own (a pid is one live session's), and a
+-- session's first row removes those not seen for an hour of sessions that are gone (rows others
+-- hold are skipped; a live session's row is never one of them).
+CREATE FUNCTION pgmq._flush_deliveries(queue_name text, delivered bigint, redelivered bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flush_deliveries.queue_name)));
+    v_new   boolean;
+BEGIN
+    IF v_queue IS NULL THEN
+        RETURN;  -- dropped meanwhile: nothing to count
+    END IF;
+    IF delivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) delivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) delivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, delivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    IF redelivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) redelivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) redelivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, redelivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen)
+    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queue_consumers_pkey
+    DO UPDATE SET role_name = excluded.role_name, last_seen = excluded.last_seen
+    RETURNING c.xmax = 0 INTO v_new;
+    IF v_new THEN
+        DELETE FROM pgmq.queue_consumers c
+        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
+                         WHERE o.queue_name = v_queue AND o.last_seen < clock_timestamp() - interval '1 hour'
+                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
+END;
+$fn$;
+
 -- ---------------------------------------------------------------- feature: access
 
 -- features/access/functions/access.sql.j2
@@ -16179,6 +17056,17 @@ CREATE POLICY queue_counters_update ON pgmq.queue_counters FOR UPDATE
 USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
 CREATE POLICY queue_counters_delete ON pgmq.queue_counters FOR DELETE
 USING (pgmq._owns_queue(queue_name));
+
+-- queue_consumers: a queue's consumers record themselves (read: UPDATE; pop: DELETE) and remove the rows not seen for an hour, and are listed to whoever may read it; its owner may clear them
+ALTER TABLE pgmq.queue_consumers ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_consumers TO PUBLIC;
+CREATE POLICY queue_consumers_read ON pgmq.queue_consumers FOR SELECT USING (pgmq._queue_privilege(queue_name, 'SELECT'));
+CREATE POLICY queue_consumers_insert ON pgmq.queue_consumers FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_consumers_update ON pgmq.queue_consumers FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_consumers_delete ON pgmq.queue_consumers FOR DELETE
+USING (pgmq._owns_queue(queue_name) OR (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE') AND last_seen < now() - interval '1 hour'));
 
 -- stream_subscriptions: a stream's readers subscribe, read and acknowledge (features/streams)
 ALTER TABLE pgmq.stream_subscriptions ENABLE ROW LEVEL SECURITY;

@@ -35,10 +35,2774 @@ END
 $check$;
 
 -- ---------------------------------------------------------------- pre: templates/upgrades/2.12.0--2.13.0/pre.sql.j2
--- (nothing)
+-- Delivery counting (set_delivery_counting): the queue's switch, the two counters, the consumers.
+ALTER TABLE pgmq.queue_settings ADD COLUMN count_deliveries  BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE pgmq.queue_counters DROP CONSTRAINT queue_counters_counter_check;
+ALTER TABLE pgmq.queue_counters ADD CONSTRAINT queue_counters_counter_check CHECK (counter IN ('dead_lettered', 'nacked', 'delivered', 'redelivered'));
+CREATE TABLE pgmq.queue_consumers (
+    queue_name VARCHAR NOT NULL
+        CONSTRAINT queue_consumers_meta_queue_name_fk
+            REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
+    pid        INTEGER NOT NULL,
+    role_name  NAME NOT NULL,
+    last_seen  TIMESTAMP WITH TIME ZONE NOT NULL,
+    PRIMARY KEY (queue_name, pid)
+);
+ALTER TABLE pgmq.queue_consumers ENABLE ROW LEVEL SECURITY;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_consumers TO PUBLIC;
+CREATE POLICY queue_consumers_read ON pgmq.queue_consumers FOR SELECT USING (pgmq._queue_privilege(queue_name, 'SELECT'));
+CREATE POLICY queue_consumers_insert ON pgmq.queue_consumers FOR INSERT
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_consumers_update ON pgmq.queue_consumers FOR UPDATE
+USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+CREATE POLICY queue_consumers_delete ON pgmq.queue_consumers FOR DELETE
+USING (pgmq._owns_queue(queue_name) OR (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE') AND last_seen < now() - interval '1 hour'));
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq.read(text, integer, integer, jsonb)
+-- replace: pgmq.read_unordered(text, integer, integer, jsonb)
+-- replace: pgmq.pop(text, integer)
+-- replace: pgmq.read_grouped(text, integer, integer)
+-- replace: pgmq.read_grouped_rr(text, integer, integer)
+-- replace: pgmq.read_grouped_head(text, integer, integer)
+-- new: pgmq.set_delivery_counting(text, boolean)
+-- new: pgmq._flush_deliveries(text, bigint, bigint)
+
+CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+    v_counting  boolean;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    <<consumed>>
+    BEGIN
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        ELSE
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT consumed;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSIF v_ttl_only THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_ttl_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSIF v_ranked THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean_ranked(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSE
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 1 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_read_clean(qty, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    END IF;
+    v_left := v_left - v_taken;
+    EXIT consumed WHEN v_left <= 0;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    EXIT consumed WHEN NOT pgmq._static_peek(conditional, v_now, queue_name);
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_ttl(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged_ranked(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_read_judged(v_left, make_interval(secs => vt), conditional, v_now, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb) IS 'Lease up to qty visible messages for vt seconds.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_other boolean;
+BEGIN
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''' USING ERRCODE = 'invalid_name';
+    END IF;
+    SELECT s.retry_policy OR s.message_ttl IS NOT NULL OR s.message_limits OR s.paused OR s.priorities
+           OR s.count_deliveries
+    INTO v_other
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_unordered.queue_name));
+    IF coalesce(v_other, false) THEN
+        RETURN QUERY SELECT * FROM pgmq.read(queue_name, vt, qty, conditional);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM pgmq._static_read_unordered(qty, make_interval(secs => vt), conditional,
+                                                                   clock_timestamp(), queue_name);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_unordered(queue_name text, vt integer, qty integer, conditional jsonb) IS 'read without msg_id order: visible messages in the order they became visible (for many consumers).';
+
+CREATE OR REPLACE FUNCTION pgmq.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- settings in plain variables: delivery's queue_settings is created after core's routines
+    v_policy    boolean;
+    v_max       integer;
+    v_ttl       integer;
+    v_limits    boolean;
+    v_delay     integer;
+    v_backoff   double precision;
+    v_max_delay integer;
+    v_paused    boolean;
+    v_ranked    boolean;
+    v_row       record;
+    v_out       pgmq.message_record;
+    v_taken     integer;
+    v_dead      text[];
+    v_dead_ids  bigint[];
+    v_i         record;
+    v_left      integer := qty;
+    v_retried   boolean;
+    v_lost      boolean;
+    v_lost_runs integer := 0;
+    v_ttl_only  boolean;
+    v_counting  boolean;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
+BEGIN
+    -- the name first, as upstream checks it
+    IF queue_name IS NULL THEN
+        RAISE EXCEPTION 'null values cannot be formatted as an SQL identifier' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF queue_name ~ '\$|;|--|''' THEN
+        RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
+    END IF;
+    SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
+    IF v_paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    <<consumed>>
+    BEGIN
+    IF NOT coalesce(v_policy OR v_ttl IS NOT NULL OR v_limits, false) THEN
+        IF v_ranked THEN
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        ELSE
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT consumed;
+    END IF;
+    v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
+    -- first the rows the rules need not judge (clean_sql, or within their TTL); the judged
+    -- rounds only when that came back short: a row was not one of them, or the queue has no more
+    IF v_ttl_only AND v_ranked THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSIF v_ttl_only THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_ttl_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSIF v_ranked THEN
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    ELSE
+        IF v_counting THEN
+            v_taken := 0;
+            FOR v_out IN SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name) LOOP
+                RETURN NEXT v_out;
+                v_taken := v_taken + 1;
+                IF v_out.read_ct > 0 THEN
+                    v_redelivered := v_redelivered + 1;
+                END IF;
+            END LOOP;
+        ELSE
+            RETURN QUERY SELECT * FROM pgmq._static_pop_clean(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), queue_name);
+            GET DIAGNOSTICS v_taken = ROW_COUNT;
+        END IF;
+    END IF;
+    v_left := v_left - v_taken;
+    EXIT consumed WHEN v_left <= 0;
+    -- nothing visible left (an empty queue, say): nothing to judge either
+    EXIT consumed WHEN NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name);
+    LOOP
+        -- one round: the judged statement (judged_round)
+        IF v_ttl_only AND v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ttl_only THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_ttl(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSIF v_ranked THEN
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged_ranked(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        ELSE
+            v_dead_ids := NULL;
+            v_dead := NULL;
+            v_retried := false;
+            v_lost := false;
+            v_taken := 0;
+            FOR v_row IN SELECT * FROM pgmq._static_pop_judged(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, v_ttl, v_max, coalesce(v_policy, false), v_delay, v_backoff, v_max_delay, queue_name)
+                             AS t(msg_id bigint, read_ct integer, enqueued_at timestamp with time zone, last_read_at timestamp with time zone,
+                                   vt timestamp with time zone, message jsonb, headers jsonb, reason text, priority integer) LOOP
+                IF v_row.reason IS NULL THEN
+                    v_out := ROW(v_row.msg_id, v_row.read_ct, v_row.enqueued_at, v_row.last_read_at, v_row.vt, v_row.message, v_row.headers);
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_row.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_row.reason = 'retry' THEN
+                    v_retried := true;
+                ELSIF v_row.reason = 'lost' THEN
+                    v_lost := true;
+                ELSE
+                    v_dead_ids := v_dead_ids || v_row.msg_id;
+                    v_dead := v_dead || v_row.reason;
+                END IF;
+            END LOOP;
+        END IF;
+        -- a round that flagged rows moved them out or settled them (which this transaction's
+        -- later rounds skip): the next one meets other rows; one that lost claimed rows to other
+        -- consumers asks again with a new snapshot, a few times (a row locked for long by
+        -- someone who holds no claim would be lost every time)
+        IF v_dead IS NULL AND NOT v_retried THEN
+            EXIT WHEN NOT v_lost OR v_lost_runs >= 3;
+            v_lost_runs := v_lost_runs + 1;
+        END IF;
+        IF v_dead IS NOT NULL THEN
+            FOR v_i IN SELECT DISTINCT array_position(ARRAY['ttl', 'expired', 'rollback'], d.reason) AS o, d.reason
+                       FROM unnest(v_dead) AS d(reason) ORDER BY 1 LOOP
+                PERFORM pgmq._dead_letter(queue_name,
+                    ARRAY(SELECT i FROM unnest(v_dead_ids, v_dead) AS f(i, reason) WHERE f.reason = v_i.reason ORDER BY i),
+                    v_i.reason);
+            END LOOP;
+        END IF;
+        v_left := v_left - v_taken;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pop(queue_name text, qty integer) IS 'Read and delete up to qty visible messages.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
+    v_size    bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.k NOT IN (SELECT COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') FROM pgmq.%1$I x WHERE x.vt > $1)$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_size := v_sizes[v_i];
+            IF v_size IS NULL THEN
+                -- the index passes do not count groups: count what the batch still lacks
+                EXECUTE format(
+                    $q$SELECT count(*) FROM (
+                        SELECT 1 FROM pgmq.%1$I q WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = $1 LIMIT $2
+                    ) s$q$,
+                    v_qtable)
+                INTO v_size
+                USING v_groups[v_i], qty - v_have;
+            END IF;
+            v_have := v_have + v_size;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
+        ELSE
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                        WHERE NOT EXISTS (
+                            SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I x WHERE COALESCE(x.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k AND x.vt > $3)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.ord, runnable.rn) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, filling the batch from the oldest FIFO group with no message in flight, then the next (SQS FIFO).';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_rr.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
+        ELSE
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
+            END IF;
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_rr(queue_name text, vt integer, qty integer) IS 'Lease up to qty messages for vt seconds, round robin across FIFO groups (A1, B1, A2, B2, ...), keeping each group''s order.';
+
+CREATE OR REPLACE FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq.format_table_name(queue_name, 'q');
+    v_rel     regclass;
+    v_indexed boolean;
+    v_groups  text[];
+    v_sizes   bigint[];
+    v_walked  text[] := '{}';
+    v_claimed text[] := '{}';
+    v_have    bigint := 0;
+    v_s       pgmq.queue_settings;
+    v_r       record;
+    v_out     pgmq.message_record;
+    v_counting boolean;
+    v_delivered integer := 0;
+    v_redelivered integer := 0;
+    v_tally_key text;
+    v_tally     text;
+    v_counts    bigint[];
+    v_clock_ms  bigint;
+BEGIN
+    IF qty IS NULL THEN
+        RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF qty < 0 THEN
+        RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';  -- PostgreSQL's error for upstream's LIMIT $1
+    END IF;
+    v_rel := format('pgmq.%I', v_qtable)::regclass;
+    IF qty = 0 THEN
+        RETURN;
+    END IF;
+    v_indexed := EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = c.relam
+        WHERE i.indrelid = v_rel
+          AND c.relname = v_qtable || '_fifo_idx'
+          AND a.amname = 'btree'
+          AND i.indkey[0] = 0
+          AND i.indisvalid
+    );
+    SELECT * INTO v_s FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read_grouped_head.queue_name));
+    IF v_s.paused THEN
+        RETURN;  -- paused (features/ops): consumers get nothing
+    END IF;
+    v_counting := coalesce(v_s.count_deliveries, false);
+
+    <<consumed>>
+    BEGIN
+
+    -- pass 1 (FIFO index only): walk the oldest messages; pass 2: skip scan, or one pass
+    <<passes>>
+    FOR v_pass IN CASE WHEN v_indexed THEN 1 ELSE 2 END .. 2 LOOP
+        -- 1. candidates
+        IF v_pass = 1 THEN
+            EXECUTE format(
+                $q$SELECT array_agg(w.k ORDER BY w.msg_id), NULL::bigint[]
+                FROM (
+                    SELECT h.k, h.msg_id
+                    FROM (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        ORDER BY q.msg_id
+                        LIMIT $2
+                    ) h
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM pgmq.%1$I p WHERE COALESCE(p.headers ->> 'x-pgmq-group', '_default_fifo_group') = h.k AND p.msg_id < h.msg_id)
+                      AND h.vt <= $1
+                    ORDER BY h.msg_id
+                    LIMIT $3
+                ) w$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp(), least(64 * qty::bigint, 4096), qty;
+            v_walked := coalesce(v_groups, '{}');
+        ELSIF v_indexed THEN
+            EXECUTE format(
+                $q$WITH RECURSIVE head AS (
+                    (SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                     FROM pgmq.%1$I q
+                     ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                     LIMIT 1)
+                    UNION ALL
+                    SELECT nxt.k, nxt.msg_id, nxt.vt
+                    FROM head h
+                    CROSS JOIN LATERAL (
+                        SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k, q.msg_id, q.vt
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') > h.k
+                        ORDER BY COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group'), q.msg_id
+                        LIMIT 1
+                    ) nxt
+                )
+                SELECT array_agg(h.k ORDER BY h.msg_id), NULL::bigint[]
+                FROM head h
+                WHERE h.vt <= $1$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        ELSE
+            EXECUTE format(
+                $q$SELECT array_agg(g.k ORDER BY g.head), array_agg(g.n ORDER BY g.head)
+                FROM (
+                    SELECT COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') AS k,
+                           min(q.msg_id) AS head,
+                           count(*) AS n,
+                           min(q.msg_id) FILTER (WHERE q.vt > $1) AS first_hidden
+                    FROM pgmq.%1$I q
+                    GROUP BY 1
+                ) g
+                WHERE g.first_hidden IS NULL OR g.first_hidden > g.head$q$,
+                v_qtable)
+            INTO v_groups, v_sizes
+            USING clock_timestamp();
+        END IF;
+
+        -- 2. claims
+        FOR v_i IN 1 .. coalesce(cardinality(v_groups), 0) LOOP
+            CONTINUE WHEN v_pass = 2 AND v_groups[v_i] = ANY (v_walked);
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended(v_groups[v_i], v_rel::oid::bigint));
+            v_claimed := v_claimed || v_groups[v_i];
+            v_have := v_have + 1;
+            EXIT passes WHEN v_have >= qty;
+        END LOOP;
+    END LOOP;
+    EXIT consumed WHEN cardinality(v_claimed) = 0;
+
+    -- 3. lease
+    IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
+        IF v_indexed THEN
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                        FROM claimed c
+                        CROSS JOIN LATERAL (
+                            SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                            ORDER BY q.msg_id
+                            LIMIT $4
+                        ) m
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+            END IF;
+        ELSE
+            IF v_counting THEN
+                FOR v_out IN EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
+                LOOP
+                    RETURN NEXT v_out;
+                    v_delivered := v_delivered + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY EXECUTE format(
+                    $q$WITH claimed AS (
+                        SELECT c.k, c.ord
+                        FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                    ), member AS (
+                        -- the first $4 messages of each claimed group; rn 1 is the head
+                        SELECT s.msg_id, s.ord, s.rn, s.visible
+                        FROM (
+                            SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                                   row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                            FROM pgmq.%1$I q
+                            JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ) s
+                        WHERE s.rn <= $4
+                    ), runnable AS (
+                        -- the unbroken run of visible messages from the head
+                        SELECT r.msg_id, r.ord, r.rn
+                        FROM (
+                            SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                            FROM member
+                        ) r
+                        WHERE r.unbroken
+                    ), chosen AS (
+                        SELECT w.msg_id, w.ord, w.rn, w.pos
+                        FROM (
+                            SELECT runnable.*,
+                                   row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                            FROM runnable
+                        ) w
+                        WHERE w.pos <= $2
+                    ), locked AS MATERIALIZED (
+                        SELECT q.msg_id
+                        FROM pgmq.%1$I q
+                        WHERE q.msg_id = ANY (ARRAY(SELECT chosen.msg_id FROM chosen))
+                          AND q.vt <= $3
+                        FOR UPDATE SKIP LOCKED
+                    ), kept AS (
+                        -- a message whose group has an older message we could not lock stays where it is
+                        SELECT k.msg_id, k.pos
+                        FROM (
+                            SELECT chosen.msg_id, chosen.pos,
+                                   bool_and(locked.msg_id IS NOT NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                            FROM chosen
+                            LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                        ) k
+                        WHERE k.unbroken
+                    ), leased AS (
+                        UPDATE pgmq.%1$I q
+                        SET vt = $3 + $5,
+                            read_ct = least(q.read_ct, 2147483646) + 1,
+                            last_read_at = $3
+                        WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                    )
+                    SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers
+                    FROM leased
+                    JOIN kept ON kept.msg_id = leased.msg_id
+                    ORDER BY kept.pos
+$q$,
+                    v_qtable)
+                USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
+            END IF;
+        END IF;
+    ELSE
+        IF v_indexed THEN
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT m.msg_id, c.ord, m.rn, m.vt <= $3 AS visible
+                    FROM claimed c
+                    CROSS JOIN LATERAL (
+                        SELECT q.msg_id, q.vt, row_number() OVER (ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        WHERE COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                        ORDER BY q.msg_id
+                        LIMIT $4
+                    ) m
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        ELSE
+            FOR v_r IN EXECUTE format(
+                $q$WITH claimed AS (
+                    SELECT c.k, c.ord
+                    FROM unnest($1::text[]) WITH ORDINALITY AS c(k, ord)
+                ), member AS (
+                    -- the first $4 messages of each claimed group; rn 1 is the head
+                    SELECT s.msg_id, s.ord, s.rn, s.visible
+                    FROM (
+                        SELECT q.msg_id, c.ord, q.vt <= $3 AS visible,
+                               row_number() OVER (PARTITION BY c.ord ORDER BY q.msg_id) AS rn
+                        FROM pgmq.%1$I q
+                        JOIN claimed c ON COALESCE(q.headers ->> 'x-pgmq-group', '_default_fifo_group') = c.k
+                    ) s
+                    WHERE s.rn <= $4
+                ), runnable AS (
+                    -- the unbroken run of visible messages from the head
+                    SELECT r.msg_id, r.ord, r.rn
+                    FROM (
+                        SELECT member.*, bool_and(member.visible) OVER (PARTITION BY member.ord ORDER BY member.rn) AS unbroken
+                        FROM member
+                    ) r
+                    WHERE r.unbroken
+                ), chosen AS (
+                    SELECT w.msg_id, w.ord, w.rn, w.pos
+                    FROM (
+                        SELECT runnable.*,
+                               row_number() OVER (ORDER BY runnable.rn, runnable.ord) AS pos
+                        FROM runnable
+                    ) w
+                    WHERE w.pos <= $2
+                ), held AS MATERIALIZED (
+                    -- message claims before judging (see claim() in _macros/delivery.sql.j2)
+                    SELECT chosen.msg_id FROM chosen WHERE pg_try_advisory_xact_lock(hashint8extended(chosen.msg_id, $8::bigint))
+                ), locked AS MATERIALIZED (
+                    SELECT q.msg_id,
+                           CASE WHEN coalesce(q.enqueued_at
+                                              < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-ttl')
+                                                                                                      WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer
+                                                                                                      WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-ttl') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                                                              THEN least(greatest((q.headers->>'x-pgmq-ttl')::numeric, -2147483648), 2147483647)::integer END
+                                                                                                 END, $9)), false) THEN 'ttl'
+                                WHEN (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) AND NOT (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted')) AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false)
+                                     AND pgmq._retry_delay(q.read_ct, coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-retry-delay')
+                                                                    WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer
+                                                                    WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-retry-delay') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                                                            THEN least(greatest((q.headers->>'x-pgmq-retry-delay')::numeric, -2147483648), 2147483647)::integer END
+                                                               END, $10),
+                                                               $11, $12) = 0 THEN NULL
+                                ELSE coalesce(CASE WHEN NOT ($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) THEN NULL
+                                                   WHEN (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'aborted') THEN 'rollback'
+                                                   WHEN (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at) THEN 'expired' END,
+                                              CASE WHEN coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) THEN 'expired' END) END AS failed,
+                           q.read_ct, coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->'x-pgmq-max-retries')
+                              WHEN 'number' THEN least(greatest((q.headers->'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer
+                              WHEN 'string' THEN CASE WHEN (q.headers->>'x-pgmq-max-retries') ~ '^\s*[-+]?[0-9]+\s*$'
+                                                      THEN least(greatest((q.headers->>'x-pgmq-max-retries')::numeric, -2147483648), 2147483647)::integer END
+                         END, $7), false) AS spent
+                    FROM pgmq.%1$I q
+                    WHERE q.msg_id = ANY (ARRAY(SELECT held.msg_id FROM held))
+                      AND q.vt <= $3
+                      AND NOT (($6 OR coalesce(q.headers ?| ARRAY['x-pgmq-max-retries', 'x-pgmq-retry-delay'], false)) AND ((q.read_ct > 0 AND age(q.xmin) <= 0 AND pgmq._xid_status(q.xmin::text::bigint) = 'in progress') OR (q.xmax <> '0'::xid AND pgmq._xid_status(q.xmax::text::bigint) = 'committed since')))
+                    FOR UPDATE SKIP LOCKED
+                ), kept AS (
+                    -- a message whose group has an older message we could not lock stays where it is
+                    SELECT k.msg_id, k.pos
+                    FROM (
+                        SELECT chosen.msg_id, chosen.pos,
+                               bool_and(locked.msg_id IS NOT NULL AND locked.failed IS NULL) OVER (PARTITION BY chosen.ord ORDER BY chosen.rn) AS unbroken
+                        FROM chosen
+                        LEFT JOIN locked ON locked.msg_id = chosen.msg_id
+                    ) k
+                    WHERE k.unbroken
+                ), leased AS (
+                    UPDATE pgmq.%1$I q
+                    SET vt = $3 + $5,
+                        read_ct = least(q.read_ct, 2147483646) + 1,
+                        last_read_at = $3
+                    WHERE q.msg_id = ANY (ARRAY(SELECT kept.msg_id FROM kept))
+                    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
+                )
+                SELECT leased.msg_id, leased.read_ct, leased.enqueued_at, leased.last_read_at, leased.vt, leased.message, leased.headers, NULL::text AS failed, NULL::integer AS attempts, kept.pos
+                FROM leased
+                JOIN kept ON kept.msg_id = leased.msg_id
+                UNION ALL
+                SELECT locked.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, locked.failed,
+                       CASE WHEN locked.failed = 'rollback' AND NOT locked.spent THEN least(locked.read_ct, 2147483646) + 1 ELSE locked.read_ct END, NULL
+                FROM locked
+                WHERE locked.failed IS NOT NULL
+                ORDER BY 10
+$q$,
+                v_qtable)
+            USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt),
+                  coalesce(v_s.retry_policy, false), CASE WHEN v_s.retry_policy THEN v_s.max_retries END, v_rel::oid::bigint,
+                  v_s.message_ttl, v_s.retry_delay, v_s.backoff_factor, v_s.max_retry_delay
+            LOOP
+                IF v_r.failed IS NULL THEN
+                    RETURN QUERY SELECT v_r.msg_id, v_r.read_ct, v_r.enqueued_at, v_r.last_read_at, v_r.vt, v_r.message, v_r.headers;
+                    v_delivered := v_delivered + 1;
+                    IF v_r.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                ELSIF v_r.failed = 'ttl' THEN
+                    PERFORM pgmq._dead_letter(queue_name, ARRAY[v_r.msg_id], 'ttl');
+                ELSE
+                    PERFORM pgmq._record_failure(queue_name, v_r.msg_id, v_r.attempts, v_r.failed);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+    END consumed;
+    IF v_counting THEN
+        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
+        v_tally := current_setting(v_tally_key, true);
+        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
+            v_counts := string_to_array(v_tally, '/')::bigint[];
+        ELSE
+            v_counts := '{0,0,0}';
+        END IF;
+        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
+        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
+        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
+            v_counts := ARRAY[0, 0, v_clock_ms];
+        END IF;
+        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.read_grouped_head(queue_name text, vt integer, qty integer) IS 'Lease the head message of up to qty FIFO groups whose head is visible, oldest first.';
+
+CREATE FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_delivery_counting.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name))) ELSE false END) THEN
+        IF set_delivery_counting.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_delivery_counting.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name)));
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'enabled cannot be NULL';
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF enabled THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
+        VALUES (set_delivery_counting.queue_name, true)
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
+        WHERE NOT s.count_deliveries
+        RETURNING true INTO v_changed;
+    ELSE
+        UPDATE pgmq.queue_settings s SET count_deliveries = false
+        WHERE s.queue_name = set_delivery_counting.queue_name AND s.count_deliveries
+        RETURNING true INTO v_changed;
+    END IF;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers), at the cost of a few microseconds a read. Returns false when it was set so already.';
+
+CREATE FUNCTION pgmq._flush_deliveries(queue_name text, delivered bigint, redelivered bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flush_deliveries.queue_name)));
+    v_new   boolean;
+BEGIN
+    IF v_queue IS NULL THEN
+        RETURN;  -- dropped meanwhile: nothing to count
+    END IF;
+    IF delivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) delivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) delivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, delivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    IF redelivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) redelivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) redelivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, redelivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen)
+    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queue_consumers_pkey
+    DO UPDATE SET role_name = excluded.role_name, last_seen = excluded.last_seen
+    RETURNING c.xmax = 0 INTO v_new;
+    IF v_new THEN
+        DELETE FROM pgmq.queue_consumers c
+        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
+                         WHERE o.queue_name = v_queue AND o.last_seen < clock_timestamp() - interval '1 hour'
+                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
+END;
+$fn$;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.12.0--2.13.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

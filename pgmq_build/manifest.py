@@ -393,7 +393,7 @@ OPS = Feature(
     name="ops",
     uses=("core", "delivery", "callbacks"),
     templates=("types.sql.j2", "functions/pause.sql.j2", "functions/queue_metrics.sql.j2",
-               "functions/browse.sql.j2", "history.sql.j2"),
+               "functions/browse.sql.j2", "history.sql.j2", "functions/delivery_counting.sql.j2"),
 )
 
 # Streams (PgQ's model): append-only logs in rotated segment tables, subscriptions at ticks.
@@ -540,7 +540,7 @@ ROUTINES = policies(
     # ops
     "pause", "resume", "_sample_messages", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
     "queue_metrics_page",
-    "browse", "move_messages",
+    "browse", "move_messages", "set_delivery_counting", "_flush_deliveries",
     Policy("sample_metrics",
            definer_reason="writes queue_metrics() of every queue into metrics_history, a table only the "
            "extension's owner may write, so that no row is forged; not granted to PUBLIC (pg_monitor, which "

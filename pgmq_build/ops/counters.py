@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from . import db
 
@@ -89,8 +89,31 @@ def read_failures(conn: db.Conn) -> list[dict[str, Any]]:
     return db.rows(conn, FAILURES_QUERY)
 
 
-def families(rows: Iterable[dict[str, Any]], failures: Iterable[dict[str, Any]] = ()) -> list[Metric]:
-    """The counter families of a set of read() and read_failures() rows."""
+# The sessions of each counting queue (pgmq.set_delivery_counting) seen in the last minute, and
+# whether the queue counts, as its row security lets the caller see them (2.13.0 and later).
+CONSUMERS_WINDOW = 60  # seconds
+CONSUMERS_QUERY = f"""
+SELECT s.queue_name::text AS queue_name,
+       (SELECT count(*) FROM pgmq.queue_consumers c
+        WHERE c.queue_name = s.queue_name
+          AND c.last_seen > pg_catalog.now() - interval '{CONSUMERS_WINDOW} seconds')::bigint AS consumers
+FROM pgmq.queue_settings s
+WHERE s.count_deliveries AND pgmq._queue_privilege(s.queue_name, 'SELECT')
+ORDER BY 1
+"""
+
+
+def read_consumers(conn: db.Conn) -> list[dict[str, Any]]:
+    """(queue_name, consumers) of the queues that count deliveries; none from an extension older
+    than 2.13.0 (no queue_consumers table)."""
+    if db.value(conn, "SELECT pg_catalog.to_regclass('pgmq.queue_consumers')") is None:
+        return []
+    return db.rows(conn, CONSUMERS_QUERY)
+
+
+def families(rows: Iterable[dict[str, Any]], failures: Iterable[dict[str, Any]] = (),
+             consumers: Iterable[dict[str, Any]] = ()) -> list[Metric]:
+    """The counter families of a set of read(), read_failures() and read_consumers() rows."""
     rows, out = list(rows), []
     for name, column, text in _SERIES:
         family = CounterMetricFamily(name, text, labels=["queue"])
@@ -106,9 +129,27 @@ def families(rows: Iterable[dict[str, Any]], failures: Iterable[dict[str, Any]] 
     nacked = CounterMetricFamily(
         "pgmq_queue_nacked_messages", "Failed deliveries reported with nack() (each is retried "
         "or dead-lettered); queues with a nack only.", labels=["queue"])
+    delivered = CounterMetricFamily(
+        "pgmq_queue_delivered_messages", "Messages handed to consumers by read, read_with_poll, "
+        "read_unordered, pop, read_grouped* and the payload reads, committed deliveries only; "
+        "queues that count deliveries (pgmq.set_delivery_counting) only. Each session writes its "
+        "count at most once a second, and at once when a read finds nothing.", labels=["queue"])
+    redelivered = CounterMetricFamily(
+        "pgmq_queue_redelivered_messages", "Of pgmq_queue_delivered_messages_total, the messages "
+        "that had been delivered before (a lease ran out or a consumer rolled back).",
+        labels=["queue"])
+    seen = GaugeMetricFamily(
+        "pgmq_queue_consumers", f"Sessions that consumed from the queue (or polled it) in the last "
+        f"{CONSUMERS_WINDOW} seconds; queues that count deliveries only.", labels=["queue"])
     for r in failures:
         if r["counter"] == "dead_lettered":
             dead.add_metric([r["queue_name"], r["reason"]], r["n"])
         elif r["counter"] == "nacked":
             nacked.add_metric([r["queue_name"]], r["n"])
-    return [*out, dead, nacked]
+        elif r["counter"] == "delivered":
+            delivered.add_metric([r["queue_name"]], r["n"])
+        elif r["counter"] == "redelivered":
+            redelivered.add_metric([r["queue_name"]], r["n"])
+    for r in consumers:
+        seen.add_metric([r["queue_name"]], r["consumers"])
+    return [*out, dead, nacked, delivered, redelivered, seen]

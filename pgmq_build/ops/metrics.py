@@ -111,12 +111,13 @@ class Scrape:
     extension_version: str | None = None
     counters: list[dict[str, Any]] = field(default_factory=list)  # counters.read()
     failures: list[dict[str, Any]] = field(default_factory=list)  # counters.read_failures()
+    consumers: list[dict[str, Any]] = field(default_factory=list)  # counters.read_consumers()
 
 
 def read_scrape(conn: db.Conn) -> Scrape:
     return Scrape(db.queue_metrics(conn), db.stream_info(conn), db.streams(conn),
                   db.value(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'"),
-                  counters.read(conn), counters.read_failures(conn))
+                  counters.read(conn), counters.read_failures(conn), counters.read_consumers(conn))
 
 
 def build_info(extension_version: str | None) -> Metric:
@@ -222,7 +223,7 @@ class QueueCollector:
             got, up = [], 0
         scrape = got if isinstance(got, Scrape) else Scrape(got)
         yield from queue_families(scrape.queues)
-        yield from counters.families(scrape.counters, scrape.failures)
+        yield from counters.families(scrape.counters, scrape.failures, scrape.consumers)
         yield from stream_families(scrape)
         yield build_info(scrape.extension_version)
         yield GaugeMetricFamily("pgmq_up", "1 when pgmq.queue_metrics() and pgmq.stream_info() "
@@ -375,7 +376,7 @@ def metrics_command(dsn: str, bind: str | None, as_json: bool) -> None:
     if as_json:
         out.json({"queues": [{k: r[k] for k in db.QUEUE_METRICS_COLUMNS if k in r}
                              for r in scrape.queues],
-                  "counters": scrape.counters, "failures": scrape.failures,
+                  "counters": scrape.counters, "failures": scrape.failures, "consumers": scrape.consumers,
                   "subscriptions": scrape.subscriptions, "streams": scrape.streams,
                   "build": {"version": VERSION, "extension_version": scrape.extension_version}})
         return
