@@ -8366,6 +8366,119 @@ END;
 $fn$;
 COMMENT ON FUNCTION pgmq.ack_ranges(queue_name text, first_ids bigint[], last_ids bigint[], leases timestamp with time zone[], archive boolean) IS 'Delete (archive: move to the archive) the messages whose msg_id lies in one of the ranges first_ids[i]..last_ids[i] and, when leases[i] is not NULL, whose vt is still leases[i] (the lease a read gave); returns how many were finished.';
 
+-- features/delivery/functions/delivery_counting.sql.j2
+-- set_delivery_counting: the owner's switch. Returns whether the state changed.
+CREATE FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_delivery_counting.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name))) ELSE false END) THEN
+        IF set_delivery_counting.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_delivery_counting.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name)));
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'enabled cannot be NULL';
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF enabled THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
+        VALUES (set_delivery_counting.queue_name, true)
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
+        WHERE NOT s.count_deliveries
+        RETURNING true INTO v_changed;
+    ELSE
+        UPDATE pgmq.queue_settings s SET count_deliveries = false
+        WHERE s.queue_name = set_delivery_counting.queue_name AND s.count_deliveries
+        RETURNING true INTO v_changed;
+    END IF;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers), at the cost of a few microseconds a read. Returns false when it was set so already.';
+
+-- _flush_deliveries: a session's counts of a queue into queue_counters, and the session into
+-- queue_consumers; as the caller (row security: whoever may consume the queue). Nothing here
+-- waits for another consumer's transaction: the counters take a row no one holds
+-- (count_failure); the consumer row is this backend's own (a pid is one live session's), and a
+-- session's first row removes those not seen for an hour of sessions that are gone (rows others
+-- hold are skipped; a live session's row is never one of them).
+CREATE FUNCTION pgmq._flush_deliveries(queue_name text, delivered bigint, redelivered bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flush_deliveries.queue_name)));
+    v_new   boolean;
+BEGIN
+    IF v_queue IS NULL THEN
+        RETURN;  -- dropped meanwhile: nothing to count
+    END IF;
+    IF delivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) delivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) delivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, delivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    IF redelivered > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) redelivered)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) redelivered END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, redelivered
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL;
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen)
+    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queue_consumers_pkey
+    DO UPDATE SET role_name = excluded.role_name, last_seen = excluded.last_seen
+    RETURNING c.xmax = 0 INTO v_new;
+    IF v_new THEN
+        DELETE FROM pgmq.queue_consumers c
+        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
+                         WHERE o.queue_name = v_queue AND o.last_seen < clock_timestamp() - interval '1 hour'
+                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
+END;
+$fn$;
+
 -- ---------------------------------------------------------------- feature: partitioned
 
 -- features/partitioned/functions/partman.sql.j2
@@ -16601,119 +16714,6 @@ BEGIN
 END;
 $fn$;
 COMMENT ON FUNCTION pgmq.metrics_history(queue_name text, since timestamp with time zone) IS 'The samples sample_metrics() recorded of one queue, or of every queue the caller may read (NULL), since a time (NULL: all kept), by queue and time.';
-
--- features/ops/functions/delivery_counting.sql.j2
--- set_delivery_counting: the owner's switch. Returns whether the state changed.
-CREATE FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean DEFAULT true)
-RETURNS boolean
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_changed boolean;
-BEGIN
-    IF NOT (CASE WHEN pgmq._lock_queue(set_delivery_counting.queue_name)
-                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name))) ELSE false END) THEN
-        IF set_delivery_counting.queue_name IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
-        END IF;
-
-        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
-            MESSAGE = format('queue "%s" does not exist', set_delivery_counting.queue_name);
-    END IF;
-    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name)));
-    IF enabled IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'enabled cannot be NULL';
-    END IF;
-    IF NOT pgmq._owns_queue(queue_name) THEN
-        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF enabled THEN
-        INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
-        VALUES (set_delivery_counting.queue_name, true)
-        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
-        WHERE NOT s.count_deliveries
-        RETURNING true INTO v_changed;
-    ELSE
-        UPDATE pgmq.queue_settings s SET count_deliveries = false
-        WHERE s.queue_name = set_delivery_counting.queue_name AND s.count_deliveries
-        RETURNING true INTO v_changed;
-    END IF;
-    RETURN coalesce(v_changed, false);
-END;
-$fn$;
-COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers), at the cost of a few microseconds a read. Returns false when it was set so already.';
-
--- _flush_deliveries: a session's counts of a queue into queue_counters, and the session into
--- queue_consumers; as the caller (row security: whoever may consume the queue). Nothing here
--- waits for another consumer's transaction: the counters take a row no one holds
--- (count_failure); the consumer row is this backend's own (a pid is one live session's), and a
--- session's first row removes those not seen for an hour of sessions that are gone (rows others
--- hold are skipped; a live session's row is never one of them).
-CREATE FUNCTION pgmq._flush_deliveries(queue_name text, delivered bigint, redelivered bigint)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flush_deliveries.queue_name)));
-    v_new   boolean;
-BEGIN
-    IF v_queue IS NULL THEN
-        RETURN;  -- dropped meanwhile: nothing to count
-    END IF;
-    IF delivered > 0 THEN
-        -- saturating: a consumer may write a row itself (row security lets it count), and a count
-        -- that overflowed would stop every later dead-lettering of the queue
-        UPDATE pgmq.queue_counters AS c
-        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) delivered)
-                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) delivered END
-        WHERE c.ctid OPERATOR(pg_catalog.=) (
-            SELECT f.ctid FROM pgmq.queue_counters f
-            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
-              AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
-            LIMIT 1 FOR UPDATE SKIP LOCKED);
-        IF NOT FOUND THEN
-            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
-            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, delivered
-            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
-            WHERE q.name IS NOT NULL;
-        END IF;
-    END IF;
-    IF redelivered > 0 THEN
-        -- saturating: a consumer may write a row itself (row security lets it count), and a count
-        -- that overflowed would stop every later dead-lettering of the queue
-        UPDATE pgmq.queue_counters AS c
-        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) redelivered)
-                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) redelivered END
-        WHERE c.ctid OPERATOR(pg_catalog.=) (
-            SELECT f.ctid FROM pgmq.queue_counters f
-            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
-              AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
-            LIMIT 1 FOR UPDATE SKIP LOCKED);
-        IF NOT FOUND THEN
-            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
-            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, redelivered
-            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
-            WHERE q.name IS NOT NULL;
-        END IF;
-    END IF;
-    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen)
-    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp())
-    ON CONFLICT ON CONSTRAINT queue_consumers_pkey
-    DO UPDATE SET role_name = excluded.role_name, last_seen = excluded.last_seen
-    RETURNING c.xmax = 0 INTO v_new;
-    IF v_new THEN
-        DELETE FROM pgmq.queue_consumers c
-        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
-                         WHERE o.queue_name = v_queue AND o.last_seen < clock_timestamp() - interval '1 hour'
-                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
-                         FOR UPDATE SKIP LOCKED);
-    END IF;
-END;
-$fn$;
 
 -- ---------------------------------------------------------------- feature: access
 

@@ -365,7 +365,8 @@ DELIVERY = Feature(
     uses=("core",),
     templates=("tables.sql.j2", "functions/policy.sql.j2", "functions/dead_letter.sql.j2",
                "functions/nack.sql.j2", "functions/dedup.sql.j2", "functions/reserve.sql.j2",
-               "functions/expire.sql.j2", "functions/claims.sql.j2", "functions/batch_ack.sql.j2"),
+               "functions/expire.sql.j2", "functions/claims.sql.j2", "functions/batch_ack.sql.j2",
+               "functions/delivery_counting.sql.j2"),
     config_tables=("queue_settings", "dedup_keys", "dead_letter_origins", "queue_counters"),
 )
 
@@ -393,7 +394,7 @@ OPS = Feature(
     name="ops",
     uses=("core", "delivery", "callbacks"),
     templates=("types.sql.j2", "functions/pause.sql.j2", "functions/queue_metrics.sql.j2",
-               "functions/browse.sql.j2", "history.sql.j2", "functions/delivery_counting.sql.j2"),
+               "functions/browse.sql.j2", "history.sql.j2"),
 )
 
 # Streams (PgQ's model): append-only logs in rotated segment tables, subscriptions at ticks.
@@ -479,6 +480,7 @@ ROUTINES = policies(
     Policy("_forget_dedup_keys",
            definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
            "rows its statement deleted, which row security would hide once the queue's table is gone"),
+    "set_delivery_counting", "_flush_deliveries",
     # partitioned: each routine calling pg_partman is an unpinned outer function that keeps the
     # caller's search_path and a pinned inner one doing the work (create_partitioned.sql.j2)
     "_extension_schema", "_get_pg_partman_schema", "_get_pg_partman_major_version",
@@ -540,7 +542,7 @@ ROUTINES = policies(
     # ops
     "pause", "resume", "_sample_messages", "_count_rows", "_count_messages", "_queue_metrics_of", "queue_metrics",
     "queue_metrics_page",
-    "browse", "move_messages", "set_delivery_counting", "_flush_deliveries",
+    "browse", "move_messages",
     Policy("sample_metrics",
            definer_reason="writes queue_metrics() of every queue into metrics_history, a table only the "
            "extension's owner may write, so that no row is forged; not granted to PUBLIC (pg_monitor, which "

@@ -450,6 +450,12 @@ SELECT pgmq.pause('jobs');   -- reads return nothing until pgmq.resume('jobs')""
 SELECT pgmq.create('jobs');
 SELECT pgmq.pause('jobs');
 SELECT pgmq.resume('jobs');   -- true""",
+    "set_delivery_counting": """\
+SELECT pgmq.create('jobs');
+SELECT pgmq.set_delivery_counting('jobs');   -- true: its reads and pops are counted from now on
+SELECT pgmq.send('jobs', '{"n": 1}');
+SELECT count(*) FROM pgmq.pop('jobs');       -- 1, counted at once (the session's first)
+SELECT sum(n) FROM pgmq.queue_counters WHERE queue_name = 'jobs' AND counter = 'delivered';  -- 1""",
     "queue_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT * FROM pgmq.queue_metrics('jobs');   -- or pgmq.queue_metrics() for every queue""",

@@ -523,7 +523,10 @@ def test_upstream_cases_reach_upstream_functions_only():
 
 # ----------------------------------------------------------------------------- 3. sessions
 
-SETTINGS = "SELECT name, setting FROM pg_catalog.pg_settings ORDER BY name"
+# pgmq.deliveries_*: where a counting queue's consumer keeps its pending counts, on purpose
+# (tally_deliveries in _macros/read_engine.sql.j2); tests/integration/test_delivery_counting.py
+SETTINGS = ("SELECT name, setting FROM pg_catalog.pg_settings WHERE name NOT LIKE 'pgmq.deliveries\\_%' "
+            "ORDER BY name")
 CALLER_PATH = 'public, "$user", pg_temp'  # a search_path of the caller's own (not the default)
 
 
@@ -826,6 +829,10 @@ CALL pgmq._unregister_callback('jobs', 'public.cb(jsonb)'::regprocedure, 'public
 CALL pgmq.register_callback('jobs', 'public.cb(jsonb)')
 * CALL pgmq.dispatch('jobs')
 SELECT pgmq.pause('jobs'), pgmq.resume('jobs')
+SELECT pgmq.set_delivery_counting('jobs')
+SELECT * FROM pgmq.read('jobs', 0, 1)
+SELECT pgmq._flush_deliveries('jobs', 1, 0)
+SELECT pgmq.set_delivery_counting('jobs', false)
 SELECT * FROM pgmq._sample_messages('pgmq.q_jobs')
 SELECT * FROM pgmq._count_rows('q_jobs')
 SELECT * FROM pgmq._count_messages('q_jobs')

@@ -285,6 +285,11 @@ SCENARIO = [
     # operations
     ("SELECT pgmq.pause('plain')", True),
     ("SELECT pgmq.resume('plain')", True),
+    ("SELECT pgmq.set_delivery_counting('plain')", True),
+    (f"SELECT pgmq.send('plain', {J})", ANY),
+    ("SELECT count(*) FROM pgmq.pop('plain', 1000)", ANY),
+    ("SELECT count(*) FROM pgmq.pop('plain', 1)", 0),
+    ("SELECT pgmq.set_delivery_counting('plain', false)", True),
     ("SELECT depth FROM pgmq.queue_metrics('plain')", ANY),
     ("SELECT count(*) FROM pgmq.queue_metrics()", ANY),
     ("SELECT count(*) FROM pgmq.queue_metrics_page('a', 10)", ANY),

@@ -208,6 +208,7 @@ CASES = [
     # queue names: operations
     _q(f"SELECT pgmq.pause({T})"),
     _q(f"SELECT pgmq.resume({T})"),
+    _q(f"SELECT pgmq.set_delivery_counting({T})"),
     _q(f"SELECT * FROM pgmq.queue_metrics({T})"),
     _q(f"SELECT * FROM pgmq.queue_metrics_page({T}, 5)"),
     _q(f"SELECT * FROM pgmq.metrics_history({T})"),
