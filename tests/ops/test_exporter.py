@@ -71,7 +71,7 @@ def test_dead_letter_and_callback_series(ops, conn, queue):
 def test_json(ops):
     result = ops("metrics", "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"queues": [], "counters": [], "failures": [], "subscriptions": [], "streams": [],
+    assert json.loads(result.stdout) == {"queues": [], "counters": [], "failures": [], "consumers": [], "subscriptions": [], "streams": [],
                                          "build": {"version": VERSION, "extension_version": VERSION}}
 
 

@@ -1,7 +1,7 @@
 """The files operators load into the tools they run (docs/grafana/pgmq.json,
 docs/prometheus/alerts.yml) refer only to series the exporter emits: the names are collected from
 a live scrape of a database with a queue, its dead-letter queue (and a message nacked into it),
-a callback and a stream subscription. The rules pass `promtool check rules` and their unit tests
+a callback, a queue that counts deliveries and a stream subscription. The rules pass `promtool check rules` and their unit tests
 (alerts_test.yml) when promtool is installed (tools/ensure-deps.sh takes it out of Debian's prometheus package), else a
 check of their shape."""
 
@@ -35,6 +35,11 @@ def emitted(conn, dsn) -> dict[str, set[str]]:
     conn.execute("SELECT pgmq.create('jobs'), pgmq.create('jobs_dlq')")
     conn.execute("SELECT pgmq.set_retry_policy('jobs', 0, dead_letter_queue => 'jobs_dlq')")
     conn.execute("SELECT pgmq.nack('jobs', pgmq.send('jobs', '{}'))")  # a nack and a dead letter
+    # a queue that counts deliveries, with a delivery, a redelivery and its consumer
+    conn.execute("SELECT pgmq.set_delivery_counting('jobs_dlq'), pgmq.send('jobs_dlq', '{}')")
+    conn.execute("SELECT * FROM pgmq.read('jobs_dlq', 0, 1)")
+    conn.execute("SELECT * FROM pgmq.pop('jobs_dlq', 10)")
+    conn.execute("SELECT * FROM pgmq.pop('jobs_dlq', 1)")  # finds nothing: writes the counts
     conn.execute("CREATE PROCEDURE public.handle(msg jsonb) LANGUAGE plpgsql AS $$ BEGIN END $$")
     conn.execute("CALL pgmq.register_callback('jobs', 'public.handle(jsonb)')")
     conn.execute("SELECT pgmq.create_stream('ev'), pgmq.subscribe('ev', 'a', 'earliest')")
