@@ -104,6 +104,8 @@ def _reset_with(*setup: str) -> Callable[[psycopg.Connection, str], None]:
 
 # a retry policy: every take is judged by the delivery rules
 reset_retry_queue = _reset_with("SELECT pgmq.set_retry_policy(%s, 5)")
+# delivery counting: every take counts in its session, written once a second
+reset_counted_queue = _reset_with("SELECT pgmq.set_delivery_counting(%s)")
 
 
 def reset_typed_queue(conn: psycopg.Connection, side: str) -> None:
@@ -515,6 +517,11 @@ WORKLOADS: list[Workload] = [
              1, pgmq_read_delete, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
     Workload("pop_retry", "pop on a queue with set_retry_policy(q, 5) | DELETE ... LIMIT 1 SKIP LOCKED",
              1, pgmq_pop, raw_consume_one, consumes=True, reset=reset_retry_queue, upstream=False),
+    # the same on a queue that counts its deliveries (set_delivery_counting: issue 32)
+    Workload("read_delete_counted", "read_delete on a queue with set_delivery_counting(q) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_read_delete, raw_consume_one, consumes=True, reset=reset_counted_queue, upstream=False),
+    Workload("pop_counted", "pop on a queue with set_delivery_counting(q) | DELETE ... LIMIT 1 SKIP LOCKED",
+             1, pgmq_pop, raw_consume_one, consumes=True, reset=reset_counted_queue, upstream=False),
     # other features on (issue 15: at most 15 % over the plain rows send and pop)
     Workload("send_priority", "send with header x-pgmq-priority 1 | INSERT ... RETURNING msg_id",
              1, pgmq_send_priority, raw_send, clients=(1,)),

@@ -70,6 +70,7 @@ DECLARE
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
     v_counting  boolean;
+    v_handed    integer := 0;
     v_redelivered integer := 0;
     v_tally_key text;
     v_tally     text;
@@ -123,6 +124,7 @@ BEGIN
             END IF;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
@@ -186,6 +188,7 @@ BEGIN
         END IF;
     END IF;
     v_left := v_left - v_taken;
+    v_handed := v_handed + v_taken;
     EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
     EXIT consumed WHEN NOT pgmq._static_peek(conditional, v_now, queue_name);
@@ -309,6 +312,7 @@ BEGIN
             END LOOP;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
@@ -320,10 +324,10 @@ BEGIN
         ELSE
             v_counts := '{0,0,0}';
         END IF;
-        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
         v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
         v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
             PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
             v_counts := ARRAY[0, 0, v_clock_ms];
         END IF;
@@ -393,6 +397,7 @@ DECLARE
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
     v_counting  boolean;
+    v_handed    integer := 0;
     v_redelivered integer := 0;
     v_tally_key text;
     v_tally     text;
@@ -446,6 +451,7 @@ BEGIN
             END IF;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
@@ -509,6 +515,7 @@ BEGIN
         END IF;
     END IF;
     v_left := v_left - v_taken;
+    v_handed := v_handed + v_taken;
     EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
     EXIT consumed WHEN NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name);
@@ -632,6 +639,7 @@ BEGIN
             END LOOP;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
@@ -643,10 +651,10 @@ BEGIN
         ELSE
             v_counts := '{0,0,0}';
         END IF;
-        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
         v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
         v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
             PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
             v_counts := ARRAY[0, 0, v_clock_ms];
         END IF;

@@ -1668,6 +1668,7 @@ DECLARE
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
     v_counting  boolean;
+    v_handed    integer := 0;
     v_redelivered integer := 0;
     v_tally_key text;
     v_tally     text;
@@ -1721,6 +1722,7 @@ BEGIN
             END IF;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
@@ -1784,6 +1786,7 @@ BEGIN
         END IF;
     END IF;
     v_left := v_left - v_taken;
+    v_handed := v_handed + v_taken;
     EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
     EXIT consumed WHEN NOT pgmq._static_peek(conditional, v_now, queue_name);
@@ -1907,6 +1910,7 @@ BEGIN
             END LOOP;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
@@ -1918,10 +1922,10 @@ BEGIN
         ELSE
             v_counts := '{0,0,0}';
         END IF;
-        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
         v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
         v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
             PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
             v_counts := ARRAY[0, 0, v_clock_ms];
         END IF;
@@ -2027,6 +2031,7 @@ DECLARE
     v_lost_runs integer := 0;
     v_ttl_only  boolean;
     v_counting  boolean;
+    v_handed    integer := 0;
     v_redelivered integer := 0;
     v_tally_key text;
     v_tally     text;
@@ -2080,6 +2085,7 @@ BEGIN
             END IF;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT consumed;
     END IF;
     v_ttl_only := NOT coalesce(v_policy OR v_limits, false);
@@ -2143,6 +2149,7 @@ BEGIN
         END IF;
     END IF;
     v_left := v_left - v_taken;
+    v_handed := v_handed + v_taken;
     EXIT consumed WHEN v_left <= 0;
     -- nothing visible left (an empty queue, say): nothing to judge either
     EXIT consumed WHEN NOT pgmq._static_peek(NULL::jsonb, NULL::timestamptz, queue_name);
@@ -2266,6 +2273,7 @@ BEGIN
             END LOOP;
         END IF;
         v_left := v_left - v_taken;
+        v_handed := v_handed + v_taken;
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
@@ -2277,10 +2285,10 @@ BEGIN
         ELSE
             v_counts := '{0,0,0}';
         END IF;
-        v_counts[1] := least(v_counts[1] + qty - v_left, 999999999999999999);
+        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
         v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
         v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (qty - v_left = 0 AND v_counts[1] > 0) THEN
+        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
             PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
             v_counts := ARRAY[0, 0, v_clock_ms];
         END IF;

@@ -61,6 +61,15 @@ def test_reads_and_pops_count_deliveries_and_redeliveries(counting):
     assert rows == [(conn.info.backend_pid, conn.info.user)]
 
 
+def test_a_pop_of_every_message_counts_them(counting):
+    """pop(q, NULL) takes every visible message (upstream's LIMIT NULL): all are counted."""
+    conn = counting
+    send_n(conn, "jobs", 5)
+    assert len(conn.execute("SELECT * FROM pgmq.pop('jobs', NULL)").fetchall()) == 5
+    conn.execute("SELECT * FROM pgmq.pop('jobs', 1)")  # nothing: writes
+    assert counted(conn) == (5, 0)
+
+
 def test_every_reader_counts(counting):
     conn = counting
     conn.execute("SELECT pgmq.send('jobs', '{}', headers => jsonb_build_object('x-pgmq-group', g)) "
