@@ -1870,7 +1870,6 @@ DECLARE
     v_tally_key text;
     v_tally     text;
     v_counts    bigint[];
-    v_clock_ms  bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -2114,19 +2113,18 @@ BEGIN
     IF v_counting THEN
         v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
         v_tally := current_setting(v_tally_key, true);
-        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
-            v_counts := string_to_array(v_tally, '/')::bigint[];
+        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
+                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
+                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
+        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_handed, 999999999999999999),
+                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
+            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
         ELSE
-            v_counts := '{0,0,0}';
+            v_tally := set_config(v_tally_key, least(v_counts[1] + v_handed, 999999999999999999) || '/' ||
+                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
         END IF;
-        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
-        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
-        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
-            v_counts := ARRAY[0, 0, v_clock_ms];
-        END IF;
-        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -2233,7 +2231,6 @@ DECLARE
     v_tally_key text;
     v_tally     text;
     v_counts    bigint[];
-    v_clock_ms  bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -2477,19 +2474,18 @@ BEGIN
     IF v_counting THEN
         v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
         v_tally := current_setting(v_tally_key, true);
-        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
-            v_counts := string_to_array(v_tally, '/')::bigint[];
+        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
+                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
+                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
+        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_handed, 999999999999999999),
+                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
+            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
         ELSE
-            v_counts := '{0,0,0}';
+            v_tally := set_config(v_tally_key, least(v_counts[1] + v_handed, 999999999999999999) || '/' ||
+                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
         END IF;
-        v_counts[1] := least(v_counts[1] + v_handed, 999999999999999999);
-        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
-        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
-            v_counts := ARRAY[0, 0, v_clock_ms];
-        END IF;
-        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -9233,7 +9229,6 @@ DECLARE
     v_tally_key text;
     v_tally     text;
     v_counts    bigint[];
-    v_clock_ms  bigint;
     v_size    bigint;
 BEGIN
     IF qty IS NULL THEN
@@ -9877,19 +9872,18 @@ $q$,
     IF v_counting THEN
         v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
         v_tally := current_setting(v_tally_key, true);
-        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
-            v_counts := string_to_array(v_tally, '/')::bigint[];
+        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
+                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
+                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
+        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
+                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
+            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
         ELSE
-            v_counts := '{0,0,0}';
+            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
+                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
         END IF;
-        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
-        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
-        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
-            v_counts := ARRAY[0, 0, v_clock_ms];
-        END IF;
-        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -9949,7 +9943,6 @@ DECLARE
     v_tally_key text;
     v_tally     text;
     v_counts    bigint[];
-    v_clock_ms  bigint;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -10569,19 +10562,18 @@ $q$,
     IF v_counting THEN
         v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
         v_tally := current_setting(v_tally_key, true);
-        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
-            v_counts := string_to_array(v_tally, '/')::bigint[];
+        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
+                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
+                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
+        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
+                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
+            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
         ELSE
-            v_counts := '{0,0,0}';
+            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
+                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
         END IF;
-        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
-        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
-        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
-            v_counts := ARRAY[0, 0, v_clock_ms];
-        END IF;
-        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
@@ -10641,7 +10633,6 @@ DECLARE
     v_tally_key text;
     v_tally     text;
     v_counts    bigint[];
-    v_clock_ms  bigint;
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -11261,19 +11252,18 @@ $q$,
     IF v_counting THEN
         v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
         v_tally := current_setting(v_tally_key, true);
-        IF v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$' THEN
-            v_counts := string_to_array(v_tally, '/')::bigint[];
+        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
+                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
+                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
+        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
+            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
+                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
+            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
         ELSE
-            v_counts := '{0,0,0}';
+            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
+                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
         END IF;
-        v_counts[1] := least(v_counts[1] + v_delivered, 999999999999999999);
-        v_counts[2] := least(v_counts[2] + v_redelivered, 999999999999999999);
-        v_clock_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        IF NOT (v_clock_ms - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, v_counts[1], v_counts[2]);
-            v_counts := ARRAY[0, 0, v_clock_ms];
-        END IF;
-        PERFORM set_config(v_tally_key, array_to_string(v_counts, '/'), false);
     END IF;
 END;
 $fn$;
