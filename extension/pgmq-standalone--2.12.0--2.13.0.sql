@@ -40,21 +40,23 @@ ALTER TABLE pgmq.queue_settings ADD COLUMN count_deliveries  BOOLEAN NOT NULL DE
 ALTER TABLE pgmq.queue_counters DROP CONSTRAINT queue_counters_counter_check;
 ALTER TABLE pgmq.queue_counters ADD CONSTRAINT queue_counters_counter_check CHECK (counter IN ('dead_lettered', 'nacked', 'delivered', 'redelivered'));
 CREATE TABLE pgmq.queue_consumers (
-    queue_name VARCHAR NOT NULL
+    queue_name  VARCHAR NOT NULL
         CONSTRAINT queue_consumers_meta_queue_name_fk
             REFERENCES pgmq.meta (queue_name) ON DELETE CASCADE,
-    pid        INTEGER NOT NULL,
-    role_name  NAME NOT NULL,
-    last_seen  TIMESTAMP WITH TIME ZONE NOT NULL,
-    PRIMARY KEY (queue_name, pid)
+    pid         INTEGER NOT NULL,
+    role_name   NAME NOT NULL,
+    last_seen   TIMESTAMP WITH TIME ZONE NOT NULL,
+    delivered   BIGINT NOT NULL DEFAULT 0 CHECK (delivered >= 0),
+    redelivered BIGINT NOT NULL DEFAULT 0 CHECK (redelivered >= 0)
 );
+CREATE UNIQUE INDEX queue_consumers_key ON pgmq.queue_consumers (lower(queue_name), pid, role_name);
 ALTER TABLE pgmq.queue_consumers ENABLE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq.queue_consumers TO PUBLIC;
-CREATE POLICY queue_consumers_read ON pgmq.queue_consumers FOR SELECT USING (pgmq._queue_privilege(queue_name, 'SELECT'));
+CREATE POLICY queue_consumers_read ON pgmq.queue_consumers FOR SELECT USING ((pid = pg_backend_pid() AND role_name = current_user) OR pgmq._queue_privilege(queue_name, 'SELECT'));
 CREATE POLICY queue_consumers_insert ON pgmq.queue_consumers FOR INSERT
- WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+ WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE') AND pid = pg_backend_pid() AND role_name = current_user);
 CREATE POLICY queue_consumers_update ON pgmq.queue_consumers FOR UPDATE
-USING (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE')) WITH CHECK (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE'));
+USING (pid = pg_backend_pid() AND role_name = current_user) WITH CHECK (pid = pg_backend_pid() AND role_name = current_user);
 CREATE POLICY queue_consumers_delete ON pgmq.queue_consumers FOR DELETE
 USING (pgmq._owns_queue(queue_name) OR (pgmq._queue_privilege(queue_name, 'UPDATE, DELETE') AND last_seen < now() - interval '1 hour'));
 
@@ -66,7 +68,7 @@ USING (pgmq._owns_queue(queue_name) OR (pgmq._queue_privilege(queue_name, 'UPDAT
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- new: pgmq.set_delivery_counting(text, boolean)
--- new: pgmq._flush_deliveries(text, bigint, bigint)
+-- new: pgmq._first_deliveries(text, bigint, bigint)
 
 CREATE OR REPLACE FUNCTION pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF pgmq.message_record
@@ -100,9 +102,6 @@ DECLARE
     v_counting  boolean;
     v_handed    integer := 0;
     v_redelivered integer := 0;
-    v_tally_key text;
-    v_tally     text;
-    v_counts    bigint[];
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -343,20 +342,14 @@ BEGIN
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
-    IF v_counting THEN
-        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
-        v_tally := current_setting(v_tally_key, true);
-        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
-                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
-                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
-        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_handed, 999999999999999999),
-                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
-            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
-        ELSE
-            v_tally := set_config(v_tally_key, least(v_counts[1] + v_handed, 999999999999999999) || '/' ||
-                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
+    IF v_counting AND v_handed > 0 THEN
+        UPDATE pgmq.queue_consumers AS c
+        SET last_seen = clock_timestamp(),
+            delivered = CASE WHEN c.delivered > 9223372036854775807 - v_handed THEN 9223372036854775807 ELSE c.delivered + v_handed END,
+            redelivered = CASE WHEN c.redelivered > 9223372036854775807 - v_redelivered THEN 9223372036854775807 ELSE c.redelivered + v_redelivered END
+        WHERE lower(c.queue_name) = lower(read.queue_name) AND c.pid = pg_backend_pid() AND c.role_name = current_user;
+        IF NOT FOUND THEN
+            PERFORM pgmq._first_deliveries(read.queue_name, v_handed, v_redelivered);
         END IF;
     END IF;
 END;
@@ -425,9 +418,6 @@ DECLARE
     v_counting  boolean;
     v_handed    integer := 0;
     v_redelivered integer := 0;
-    v_tally_key text;
-    v_tally     text;
-    v_counts    bigint[];
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -668,20 +658,14 @@ BEGIN
         EXIT WHEN v_left <= 0;
     END LOOP;
     END consumed;
-    IF v_counting THEN
-        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
-        v_tally := current_setting(v_tally_key, true);
-        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
-                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
-                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
-        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_handed = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_handed, 999999999999999999),
-                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
-            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
-        ELSE
-            v_tally := set_config(v_tally_key, least(v_counts[1] + v_handed, 999999999999999999) || '/' ||
-                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
+    IF v_counting AND v_handed > 0 THEN
+        UPDATE pgmq.queue_consumers AS c
+        SET last_seen = clock_timestamp(),
+            delivered = CASE WHEN c.delivered > 9223372036854775807 - v_handed THEN 9223372036854775807 ELSE c.delivered + v_handed END,
+            redelivered = CASE WHEN c.redelivered > 9223372036854775807 - v_redelivered THEN 9223372036854775807 ELSE c.redelivered + v_redelivered END
+        WHERE lower(c.queue_name) = lower(pop.queue_name) AND c.pid = pg_backend_pid() AND c.role_name = current_user;
+        IF NOT FOUND THEN
+            PERFORM pgmq._first_deliveries(pop.queue_name, v_handed, v_redelivered);
         END IF;
     END IF;
 END;
@@ -729,27 +713,46 @@ BEGIN
 END;
 $fn$;
 
-COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers), at the cost of a few microseconds a read. Returns false when it was set so already.';
+COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers): each read of the queue updates its session''s row. Returns false when it was set so already.';
 
-CREATE FUNCTION pgmq._flush_deliveries(queue_name text, delivered bigint, redelivered bigint)
+CREATE FUNCTION pgmq._first_deliveries(queue_name text, delivered bigint, redelivered bigint)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+#variable_conflict use_column
 DECLARE
-    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flush_deliveries.queue_name)));
-    v_new   boolean;
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));  -- (the argument)
+    v_gone  bigint[];
 BEGIN
     IF v_queue IS NULL THEN
         RETURN;  -- dropped meanwhile: nothing to count
     END IF;
-    IF delivered > 0 THEN
+    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen, delivered, redelivered)
+    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp(),
+            _first_deliveries.delivered, _first_deliveries.redelivered)
+    ON CONFLICT ((lower(queue_name)), pid, role_name)
+    DO UPDATE SET last_seen = excluded.last_seen,
+                  delivered = CASE WHEN c.delivered > 9223372036854775807 - excluded.delivered THEN 9223372036854775807 ELSE c.delivered + excluded.delivered END,
+                  redelivered = CASE WHEN c.redelivered > 9223372036854775807 - excluded.redelivered THEN 9223372036854775807 ELSE c.redelivered + excluded.redelivered END;
+    WITH gone AS (
+        DELETE FROM pgmq.queue_consumers c
+        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
+                         WHERE lower(o.queue_name) = lower(v_queue)
+                           AND o.last_seen < clock_timestamp() - interval '1 hour'
+                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
+                         FOR UPDATE SKIP LOCKED)
+        RETURNING c.delivered, c.redelivered)
+    SELECT ARRAY[least(coalesce(sum(g.delivered), 0), 9223372036854775807)::bigint,
+                 least(coalesce(sum(g.redelivered), 0), 9223372036854775807)::bigint]
+    INTO v_gone FROM gone g;
+    IF v_gone[1] > 0 THEN
         -- saturating: a consumer may write a row itself (row security lets it count), and a count
         -- that overflowed would stop every later dead-lettering of the queue
         UPDATE pgmq.queue_counters AS c
-        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) delivered)
-                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) delivered END
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_gone[1])
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_gone[1] END
         WHERE c.ctid OPERATOR(pg_catalog.=) (
             SELECT f.ctid FROM pgmq.queue_counters f
             WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
@@ -757,17 +760,17 @@ BEGIN
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
             INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
-            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, delivered
+            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[1]
             FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
             WHERE q.name IS NOT NULL;
         END IF;
     END IF;
-    IF redelivered > 0 THEN
+    IF v_gone[2] > 0 THEN
         -- saturating: a consumer may write a row itself (row security lets it count), and a count
         -- that overflowed would stop every later dead-lettering of the queue
         UPDATE pgmq.queue_counters AS c
-        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) redelivered)
-                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) redelivered END
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_gone[2])
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_gone[2] END
         WHERE c.ctid OPERATOR(pg_catalog.=) (
             SELECT f.ctid FROM pgmq.queue_counters f
             WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
@@ -775,22 +778,10 @@ BEGIN
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
             INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
-            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, redelivered
+            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[2]
             FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
             WHERE q.name IS NOT NULL;
         END IF;
-    END IF;
-    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen)
-    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp())
-    ON CONFLICT ON CONSTRAINT queue_consumers_pkey
-    DO UPDATE SET role_name = excluded.role_name, last_seen = excluded.last_seen
-    RETURNING c.xmax = 0 INTO v_new;
-    IF v_new THEN
-        DELETE FROM pgmq.queue_consumers c
-        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
-                         WHERE o.queue_name = v_queue AND o.last_seen < clock_timestamp() - interval '1 hour'
-                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
-                         FOR UPDATE SKIP LOCKED);
     END IF;
 END;
 $fn$;
@@ -816,9 +807,6 @@ DECLARE
     v_counting boolean;
     v_delivered integer := 0;
     v_redelivered integer := 0;
-    v_tally_key text;
-    v_tally     text;
-    v_counts    bigint[];
     v_size    bigint;
 BEGIN
     IF qty IS NULL THEN
@@ -1459,20 +1447,14 @@ $q$,
         END IF;
     END IF;
     END consumed;
-    IF v_counting THEN
-        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
-        v_tally := current_setting(v_tally_key, true);
-        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
-                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
-                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
-        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
-                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
-            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
-        ELSE
-            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
-                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
+    IF v_counting AND v_delivered > 0 THEN
+        UPDATE pgmq.queue_consumers AS c
+        SET last_seen = clock_timestamp(),
+            delivered = CASE WHEN c.delivered > 9223372036854775807 - v_delivered THEN 9223372036854775807 ELSE c.delivered + v_delivered END,
+            redelivered = CASE WHEN c.redelivered > 9223372036854775807 - v_redelivered THEN 9223372036854775807 ELSE c.redelivered + v_redelivered END
+        WHERE lower(c.queue_name) = lower(read_grouped.queue_name) AND c.pid = pg_backend_pid() AND c.role_name = current_user;
+        IF NOT FOUND THEN
+            PERFORM pgmq._first_deliveries(read_grouped.queue_name, v_delivered, v_redelivered);
         END IF;
     END IF;
 END;
@@ -1501,9 +1483,6 @@ DECLARE
     v_counting boolean;
     v_delivered integer := 0;
     v_redelivered integer := 0;
-    v_tally_key text;
-    v_tally     text;
-    v_counts    bigint[];
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -2120,20 +2099,14 @@ $q$,
         END IF;
     END IF;
     END consumed;
-    IF v_counting THEN
-        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
-        v_tally := current_setting(v_tally_key, true);
-        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
-                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
-                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
-        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
-                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
-            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
-        ELSE
-            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
-                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
+    IF v_counting AND v_delivered > 0 THEN
+        UPDATE pgmq.queue_consumers AS c
+        SET last_seen = clock_timestamp(),
+            delivered = CASE WHEN c.delivered > 9223372036854775807 - v_delivered THEN 9223372036854775807 ELSE c.delivered + v_delivered END,
+            redelivered = CASE WHEN c.redelivered > 9223372036854775807 - v_redelivered THEN 9223372036854775807 ELSE c.redelivered + v_redelivered END
+        WHERE lower(c.queue_name) = lower(read_grouped_rr.queue_name) AND c.pid = pg_backend_pid() AND c.role_name = current_user;
+        IF NOT FOUND THEN
+            PERFORM pgmq._first_deliveries(read_grouped_rr.queue_name, v_delivered, v_redelivered);
         END IF;
     END IF;
 END;
@@ -2162,9 +2135,6 @@ DECLARE
     v_counting boolean;
     v_delivered integer := 0;
     v_redelivered integer := 0;
-    v_tally_key text;
-    v_tally     text;
-    v_counts    bigint[];
 BEGIN
     IF qty IS NULL THEN
         RAISE EXCEPTION 'qty cannot be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -2781,20 +2751,14 @@ $q$,
         END IF;
     END IF;
     END consumed;
-    IF v_counting THEN
-        v_tally_key := 'pgmq.deliveries_' || md5(lower(queue_name));
-        v_tally := current_setting(v_tally_key, true);
-        v_counts := CASE WHEN v_tally ~ '^[0-9]{1,18}/[0-9]{1,18}/[0-9]{1,18}$'
-                         THEN string_to_array(v_tally, '/')::bigint[] ELSE '{0,0,0}' END
-                    || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-        -- [pending delivered, pending redelivered, last write, now] (milliseconds)
-        IF NOT (v_counts[4] - v_counts[3] BETWEEN 0 AND 999) OR (v_delivered = 0 AND v_counts[1] > 0) THEN
-            PERFORM pgmq._flush_deliveries(queue_name, least(v_counts[1] + v_delivered, 999999999999999999),
-                                                   least(v_counts[2] + v_redelivered, 999999999999999999));
-            v_tally := set_config(v_tally_key, '0/0/' || v_counts[4], false);
-        ELSE
-            v_tally := set_config(v_tally_key, least(v_counts[1] + v_delivered, 999999999999999999) || '/' ||
-                                               least(v_counts[2] + v_redelivered, 999999999999999999) || '/' || v_counts[3], false);
+    IF v_counting AND v_delivered > 0 THEN
+        UPDATE pgmq.queue_consumers AS c
+        SET last_seen = clock_timestamp(),
+            delivered = CASE WHEN c.delivered > 9223372036854775807 - v_delivered THEN 9223372036854775807 ELSE c.delivered + v_delivered END,
+            redelivered = CASE WHEN c.redelivered > 9223372036854775807 - v_redelivered THEN 9223372036854775807 ELSE c.redelivered + v_redelivered END
+        WHERE lower(c.queue_name) = lower(read_grouped_head.queue_name) AND c.pid = pg_backend_pid() AND c.role_name = current_user;
+        IF NOT FOUND THEN
+            PERFORM pgmq._first_deliveries(read_grouped_head.queue_name, v_delivered, v_redelivered);
         END IF;
     END IF;
 END;

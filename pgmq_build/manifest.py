@@ -480,7 +480,7 @@ ROUTINES = policies(
     Policy("_forget_dedup_keys",
            definer_reason="a trigger (cannot be called directly): deletes only the dedup keys of the meta "
            "rows its statement deleted, which row security would hide once the queue's table is gone"),
-    "set_delivery_counting", "_flush_deliveries",
+    "set_delivery_counting", "_first_deliveries",
     # partitioned: each routine calling pg_partman is an unpinned outer function that keeps the
     # caller's search_path and a pinned inner one doing the work (create_partitioned.sql.j2)
     "_extension_schema", "_get_pg_partman_schema", "_get_pg_partman_major_version",

@@ -89,16 +89,20 @@ def read_failures(conn: db.Conn) -> list[dict[str, Any]]:
     return db.rows(conn, FAILURES_QUERY)
 
 
-# The sessions of each counting queue (pgmq.set_delivery_counting) seen in the last minute, and
-# whether the queue counts, as its row security lets the caller see them (2.13.0 and later).
+# Each queue that counts deliveries (pgmq.set_delivery_counting): its sessions seen in the last
+# minute, and what its sessions' rows hold (queue_consumers; the rows of sessions gone are summed
+# into queue_counters), as row security lets the caller see them (2.13.0 and later).
 CONSUMERS_WINDOW = 60  # seconds
 CONSUMERS_QUERY = f"""
 SELECT s.queue_name::text AS queue_name,
-       (SELECT count(*) FROM pgmq.queue_consumers c
-        WHERE c.queue_name = s.queue_name
-          AND c.last_seen > pg_catalog.now() - interval '{CONSUMERS_WINDOW} seconds')::bigint AS consumers
+       count(c.pid) FILTER (WHERE c.last_seen > pg_catalog.now() - interval '{CONSUMERS_WINDOW} seconds')::bigint
+           AS consumers,
+       coalesce(sum(c.delivered), 0) AS delivered,
+       coalesce(sum(c.redelivered), 0) AS redelivered
 FROM pgmq.queue_settings s
+LEFT JOIN pgmq.queue_consumers c ON pg_catalog.lower(c.queue_name) = pg_catalog.lower(s.queue_name)
 WHERE s.count_deliveries AND pgmq._queue_privilege(s.queue_name, 'SELECT')
+GROUP BY 1
 ORDER BY 1
 """
 
@@ -131,25 +135,29 @@ def families(rows: Iterable[dict[str, Any]], failures: Iterable[dict[str, Any]] 
         "or dead-lettered); queues with a nack only.", labels=["queue"])
     delivered = CounterMetricFamily(
         "pgmq_queue_delivered_messages", "Messages handed to consumers by read, read_with_poll, "
-        "read_unordered, pop, read_grouped* and the payload reads, committed deliveries only; "
-        "queues that count deliveries (pgmq.set_delivery_counting) only. Each session writes its "
-        "count at most once a second, and at once when a read finds nothing.", labels=["queue"])
+        "read_unordered, pop, read_grouped* and the payload reads, in committed transactions; "
+        "queues that count deliveries (pgmq.set_delivery_counting) only.", labels=["queue"])
     redelivered = CounterMetricFamily(
         "pgmq_queue_redelivered_messages", "Of pgmq_queue_delivered_messages_total, the messages "
         "that had been delivered before (a lease ran out or a consumer rolled back).",
         labels=["queue"])
     seen = GaugeMetricFamily(
-        "pgmq_queue_consumers", f"Sessions that consumed from the queue (or polled it) in the last "
+        "pgmq_queue_consumers", f"Sessions that were handed messages of the queue in the last "
         f"{CONSUMERS_WINDOW} seconds; queues that count deliveries only.", labels=["queue"])
+    # deliveries: the live sessions' rows plus what the sessions gone left in queue_counters
+    sums: dict[str, dict[str, float]] = {}
+    for r in consumers:
+        seen.add_metric([r["queue_name"]], r["consumers"])
+        sums[r["queue_name"]] = {"delivered": float(r["delivered"]), "redelivered": float(r["redelivered"])}
     for r in failures:
         if r["counter"] == "dead_lettered":
             dead.add_metric([r["queue_name"], r["reason"]], r["n"])
         elif r["counter"] == "nacked":
             nacked.add_metric([r["queue_name"]], r["n"])
-        elif r["counter"] == "delivered":
-            delivered.add_metric([r["queue_name"]], r["n"])
-        elif r["counter"] == "redelivered":
-            redelivered.add_metric([r["queue_name"]], r["n"])
-    for r in consumers:
-        seen.add_metric([r["queue_name"]], r["consumers"])
+        elif r["counter"] in ("delivered", "redelivered"):
+            queue = sums.setdefault(r["queue_name"], {"delivered": 0.0, "redelivered": 0.0})
+            queue[r["counter"]] += float(r["n"])
+    for queue, n in sorted(sums.items()):
+        delivered.add_metric([queue], n["delivered"])
+        redelivered.add_metric([queue], n["redelivered"])
     return [*out, dead, nacked, delivered, redelivered, seen]

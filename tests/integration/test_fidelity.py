@@ -523,10 +523,7 @@ def test_upstream_cases_reach_upstream_functions_only():
 
 # ----------------------------------------------------------------------------- 3. sessions
 
-# pgmq.deliveries_*: where a counting queue's consumer keeps its pending counts, on purpose
-# (tally_deliveries in _macros/read_engine.sql.j2); tests/integration/test_delivery_counting.py
-SETTINGS = ("SELECT name, setting FROM pg_catalog.pg_settings WHERE name NOT LIKE 'pgmq.deliveries\\_%' "
-            "ORDER BY name")
+SETTINGS = "SELECT name, setting FROM pg_catalog.pg_settings ORDER BY name"
 CALLER_PATH = 'public, "$user", pg_temp'  # a search_path of the caller's own (not the default)
 
 
@@ -831,7 +828,7 @@ CALL pgmq.register_callback('jobs', 'public.cb(jsonb)')
 SELECT pgmq.pause('jobs'), pgmq.resume('jobs')
 SELECT pgmq.set_delivery_counting('jobs')
 SELECT * FROM pgmq.read('jobs', 0, 1)
-SELECT pgmq._flush_deliveries('jobs', 1, 0)
+SELECT pgmq._first_deliveries('jobs', 1, 0)
 SELECT pgmq.set_delivery_counting('jobs', false)
 SELECT * FROM pgmq._sample_messages('pgmq.q_jobs')
 SELECT * FROM pgmq._count_rows('q_jobs')
