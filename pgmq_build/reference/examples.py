@@ -454,8 +454,8 @@ SELECT pgmq.resume('jobs');   -- true""",
 SELECT pgmq.create('jobs');
 SELECT pgmq.set_delivery_counting('jobs');   -- true: its reads and pops are counted from now on
 SELECT pgmq.send('jobs', '{"n": 1}');
-SELECT count(*) FROM pgmq.pop('jobs');       -- 1, counted at once (the session's first)
-SELECT sum(n) FROM pgmq.queue_counters WHERE queue_name = 'jobs' AND counter = 'delivered';  -- 1""",
+SELECT count(*) FROM pgmq.pop('jobs');       -- 1, counted in the pop's transaction
+SELECT delivered FROM pgmq.queue_consumers WHERE queue_name = 'jobs';   -- 1: this session's row""",
     "queue_metrics": """\
 SELECT pgmq.create('jobs');
 SELECT * FROM pgmq.queue_metrics('jobs');   -- or pgmq.queue_metrics() for every queue""",
