@@ -26,15 +26,19 @@ SERIES = {
     "pgmq_queue_deleted_messages_total": "deleted",
     "pgmq_queue_updated_messages_total": "updated",
     "pgmq_queue_archived_messages_total": "archived",
+    "pgmq_queue_delivered_messages_total": "delivered",
 }
 # The workloads scraped, and the counters that must move by exactly the bench's count: a send
-# inserts, a read leases (an update) and its delete deletes, a pop deletes.
+# inserts, a read leases (an update) and its delete deletes, a pop deletes; on a queue that counts
+# its deliveries (set_delivery_counting) each read or pop also counts what it was handed.
 COUNTED: dict[str, tuple[str, ...]] = {
     "send": ("sent",),
     "send_batch": ("sent",),
     "read_delete": ("updated", "deleted"),
     "read_delete_batch": ("updated", "deleted"),
     "pop": ("deleted",),
+    "read_delete_counted": ("updated", "deleted", "delivered"),
+    "pop_counted": ("deleted", "delivered"),
 }
 GONE_TIMEOUT = 30.0  # seconds for the clients' backends to exit
 

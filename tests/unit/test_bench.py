@@ -310,7 +310,10 @@ def test_scrape_compares_the_counters_a_workload_moves():
     before = {"sent": 5, "deleted": 0, "updated": 0, "archived": 0}
     good = compare("read_delete", before, {"sent": 5, "deleted": 110, "updated": 110}, 100, 10)
     assert good["agree"] is True and good["counters"] == {"sent": 0, "deleted": 110, "updated": 110,
-                                                          "archived": 0}
+                                                          "archived": 0, "delivered": 0}
+    # a counting queue's delivered counter is checked too
+    counted = compare("pop_counted", before, {"sent": 5, "deleted": 110, "delivered": 109}, 100, 10)
+    assert counted["agree"] is False and counted["checked"] == ["deleted", "delivered"]
     short = compare("read_delete", before, {"sent": 5, "deleted": 110, "updated": 109}, 100, 10)
     assert short["agree"] is False
     lines = format_lines([("read_delete x1 round 1", good), ("read_delete x1 round 2", short)])
