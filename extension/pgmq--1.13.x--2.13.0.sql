@@ -1778,6 +1778,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(v_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
     VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
@@ -7185,6 +7186,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
     END IF;
     -- the dead-letter queue is checked by the table itself (_check_queue_settings)
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_retry_policy.queue_name)));
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
@@ -7243,6 +7245,7 @@ BEGIN
     IF seconds IS NULL OR seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_dedup_window.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
 END;
@@ -7270,6 +7273,7 @@ BEGIN
     IF seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_message_ttl.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
 END;
@@ -7374,6 +7378,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(v_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
     VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
@@ -8382,6 +8387,7 @@ BEGIN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF enabled THEN
+        PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_delivery_counting.queue_name)));
         INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
         VALUES (set_delivery_counting.queue_name, true)
         ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
@@ -14682,6 +14688,7 @@ BEGIN
                 MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(_set_payload_check.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
     VALUES (queue_name, _set_payload_check.payload_type)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
@@ -16075,6 +16082,7 @@ BEGIN
     IF NOT pgmq._owns_queue(queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(pause.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
     VALUES (pause.queue_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused

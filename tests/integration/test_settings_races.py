@@ -1,0 +1,44 @@
+"""Several sessions writing a queue's settings row for the first time at once: none fails.
+queue_settings has two unique indexes (its primary key on the name, and the name lowercased,
+2.12.0), and INSERT ... ON CONFLICT treats a conflict only on the index it names as a conflict:
+two first writers raced into 23505 on the other one (a send with a first priority or TTL header
+failed: seen in CI). Each writer now takes the queue's settings lock first."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.helpers import run_threads, scalar
+
+ROUNDS = 12
+WRITERS = 4
+FIRST = {
+    "priority": "SELECT pgmq.send(%s, '{}', '{\"x-pgmq-priority\": 1}'::jsonb)",
+    "ttl": "SELECT pgmq.send(%s, '{}', '{\"x-pgmq-ttl\": 60}'::jsonb)",
+    "pause": "SELECT pgmq.pause(%s)",
+    "counting": "SELECT pgmq.set_delivery_counting(%s)",
+    "ttl setting": "SELECT pgmq.set_message_ttl(%s, 60)",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FIRST))
+def test_first_writers_of_a_settings_row_at_once(connect, conn, how):
+    errors: list[BaseException] = []
+    sessions = [connect() for _ in range(WRITERS)]
+    for r in range(ROUNDS):
+        queue = f"race_{r}"
+        conn.execute("SELECT pgmq.create(%s)", (queue,))
+        start = threading.Barrier(WRITERS)
+
+        def write(c, queue=queue, start=start) -> None:
+            start.wait()
+            try:
+                c.execute(FIRST[how], (queue,))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        run_threads(threading.Thread(target=write, args=(c,)) for c in sessions)
+        assert scalar(conn, "SELECT count(*) FROM pgmq.queue_settings WHERE queue_name = %s", (queue,)) == 1
+    assert errors == []
