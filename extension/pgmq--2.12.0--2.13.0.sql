@@ -879,7 +879,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));  -- (the argument)
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));
     v_gone  bigint[];
 BEGIN
     IF v_queue IS NULL THEN

@@ -8217,7 +8217,8 @@ COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean)
 -- and removes the rows of sessions that are gone and were not seen for 1 hour, their counts
 -- moved into queue_counters. Nothing here waits for another consumer's transaction: the counts
 -- take a row of queue_counters no one holds (count_failure) and rows others hold are skipped;
--- a live session's row is never removed.
+-- a live session's row is never removed. (use_column: the arguments are named like the
+-- columns its ON CONFLICT target names.)
 CREATE FUNCTION pgmq._first_deliveries(queue_name text, delivered bigint, redelivered bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -8226,7 +8227,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));  -- (the argument)
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));
     v_gone  bigint[];
 BEGIN
     IF v_queue IS NULL THEN
