@@ -9344,6 +9344,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9406,7 +9407,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9478,11 +9479,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9544,7 +9546,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9615,7 +9617,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -10037,6 +10039,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10097,7 +10100,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -10167,11 +10170,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10231,7 +10235,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -10300,7 +10304,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -10718,6 +10722,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10778,7 +10783,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10848,11 +10853,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10912,7 +10918,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10981,7 +10987,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;

@@ -1086,6 +1086,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1148,7 +1149,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1220,11 +1221,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1286,7 +1288,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1357,7 +1359,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -1750,6 +1752,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1810,7 +1813,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1880,11 +1883,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1944,7 +1948,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -2013,7 +2017,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -2402,6 +2406,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -2462,7 +2467,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -2532,11 +2537,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -2596,7 +2602,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -2665,7 +2671,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;

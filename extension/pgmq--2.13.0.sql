@@ -9153,6 +9153,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9215,7 +9216,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9287,11 +9288,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9353,7 +9355,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9424,7 +9426,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -9846,6 +9848,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9906,7 +9909,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9976,11 +9979,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10040,7 +10044,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -10109,7 +10113,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -10527,6 +10531,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10587,7 +10592,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10657,11 +10662,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10721,7 +10727,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10790,7 +10796,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;

@@ -1114,6 +1114,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1176,7 +1177,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1248,11 +1249,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1314,7 +1316,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1385,7 +1387,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -1778,6 +1780,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1838,7 +1841,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -1908,11 +1911,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -1972,7 +1976,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -2041,7 +2045,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -2430,6 +2434,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -2490,7 +2495,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -2560,11 +2565,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -2624,7 +2630,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -2693,7 +2699,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;

@@ -9150,6 +9150,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9212,7 +9213,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9284,11 +9285,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9350,7 +9352,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9421,7 +9423,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -9843,6 +9845,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -9903,7 +9906,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -9973,11 +9976,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10037,7 +10041,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt)
                 LOOP
@@ -10106,7 +10110,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), qty, make_interval(secs => vt);
             END IF;
@@ -10524,6 +10528,7 @@ BEGIN
     -- 3. lease
     IF NOT coalesce(v_s.retry_policy OR v_s.message_limits OR v_s.message_ttl IS NOT NULL, false) THEN
         IF v_indexed THEN
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10584,7 +10589,7 @@ BEGIN
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10654,11 +10659,12 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
         ELSE
+            -- a queue that counts deliveries has the rows passed one by one, to count them
             IF v_counting THEN
                 FOR v_out IN EXECUTE format(
                     $q$WITH claimed AS (
@@ -10718,7 +10724,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt)
                 LOOP
@@ -10787,7 +10793,7 @@ $q$,
                     FROM leased
                     JOIN kept ON kept.msg_id = leased.msg_id
                     ORDER BY kept.pos
-$q$,
+                $q$,
                     v_qtable)
                 USING v_claimed, qty, clock_timestamp(), 1, make_interval(secs => vt);
             END IF;
