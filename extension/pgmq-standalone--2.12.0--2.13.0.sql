@@ -73,6 +73,7 @@ USING (pgmq._owns_queue(queue_name) OR (pgmq._queue_privilege(queue_name, 'UPDAT
 -- replace: pgmq.read_grouped_rr(text, integer, integer)
 -- replace: pgmq.read_grouped_head(text, integer, integer)
 -- replace: pgmq._set_payload_check(text, regtype)
+-- replace: pgmq._register_callback(text, regprocedure, text, text)
 -- replace: pgmq.pause(text)
 -- new: pgmq.set_delivery_counting(text, boolean)
 -- new: pgmq._first_deliveries(text, bigint, bigint)
@@ -3006,6 +3007,70 @@ $fn$;
 REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) TO PUBLIC;
+
+CREATE OR REPLACE PROCEDURE pgmq._register_callback(q_name text, proc regprocedure, callback text, caller_search_path text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_existing text;
+    v_kind     "char";
+    v_args     oidvector;
+    v_owner    name;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(q_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name))) ELSE false END) THEN
+        IF q_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', q_name);
+    END IF;
+    q_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(q_name)));
+    IF proc IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('callback procedure %s does not exist', callback),
+            HINT = 'Give the signature, e.g. ''my_schema.handle(jsonb)''.';
+    END IF;
+    SELECT p.prokind, p.proargtypes, pg_catalog.pg_get_userbyid(p.proowner) INTO v_kind, v_args, v_owner
+    FROM pg_catalog.pg_proc p WHERE p.oid = proc;
+    IF v_kind <> 'p' THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('callback %s is not a procedure', proc),
+            HINT = 'Create it with CREATE PROCEDURE; dispatch runs it with CALL.';
+    END IF;
+    IF array_length(v_args::oid[], 1) IS DISTINCT FROM 1 OR v_args[0] <> 'jsonb'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
+            MESSAGE = format('callback %s must take exactly one jsonb argument (the message)', proc);
+    END IF;
+    -- The callback runs with the registrant's rights: it must be one the registrant may run.
+    IF NOT has_function_privilege(proc, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied for procedure %s', proc),
+            HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
+    END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(q_name)));
+    SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
+    IF v_existing IS NULL THEN
+        INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant, callback_owner)
+        VALUES (q_name, (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc), caller_search_path, current_user, v_owner);
+    ELSIF v_existing <> (SELECT format('%I.%I(jsonb)', n.nspname, p.proname) FROM pg_catalog.pg_proc p
+ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = proc) THEN
+        RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+            MESSAGE = format('queue "%s" already has callback %s', q_name, v_existing),
+            HINT = 'Unregister it first: one callback per queue.';
+    ELSE  -- the same one again: approved again as it is now (its owner), its runner checked below
+        UPDATE pgmq.callbacks c SET callback_owner = v_owner
+        WHERE c.queue_name = q_name AND c.callback_owner IS DISTINCT FROM v_owner;
+    END IF;
+    -- The runner is made here, once, so that dispatchers running at the same time do not race
+    -- to make it inside their callbacks' transactions.
+    PERFORM pgmq._prove_caller();
+    PERFORM pgmq._make_callback_runner(current_user);
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgmq.pause(queue_name text)
 RETURNS boolean

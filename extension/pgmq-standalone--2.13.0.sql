@@ -15271,6 +15271,7 @@ BEGIN
             MESSAGE = format('permission denied for procedure %s', proc),
             HINT = 'The registrant must own the callback or be granted EXECUTE on it.';
     END IF;
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(q_name)));
     SELECT c.callback INTO v_existing FROM pgmq.callbacks c WHERE c.queue_name = q_name;
     IF v_existing IS NULL THEN
         INSERT INTO pgmq.callbacks (queue_name, callback, search_path, registrant, callback_owner)

@@ -1,8 +1,10 @@
-"""Several sessions writing a queue's settings row for the first time at once: none fails.
+"""Several sessions writing a queue's settings row (or its callback's) for the first time at
+once: none fails.
 queue_settings has two unique indexes (its primary key on the name, and the name lowercased,
 2.12.0), and INSERT ... ON CONFLICT treats a conflict only on the index it names as a conflict:
 two first writers raced into 23505 on the other one (a send with a first priority or TTL header
-failed: seen in CI). Each writer now takes the queue's settings lock first."""
+failed: seen in CI), and two registrations of a callback looked, found none and both inserted.
+Each writer now takes the queue's configuration lock first."""
 
 from __future__ import annotations
 
@@ -20,11 +22,14 @@ FIRST = {
     "pause": "SELECT pgmq.pause(%s)",
     "counting": "SELECT pgmq.set_delivery_counting(%s)",
     "ttl setting": "SELECT pgmq.set_message_ttl(%s, 60)",
+    "callback": "CALL pgmq.register_callback(%s, 'public.cb(jsonb)')",
 }
+ROWS = {"callback": "SELECT count(*) FROM pgmq.callbacks WHERE queue_name = %s"}
 
 
 @pytest.mark.parametrize("how", sorted(FIRST))
 def test_first_writers_of_a_settings_row_at_once(connect, conn, how):
+    conn.execute("CREATE PROCEDURE public.cb(m jsonb) LANGUAGE plpgsql AS $$ BEGIN END $$")
     errors: list[BaseException] = []
     sessions = [connect() for _ in range(WRITERS)]
     for r in range(ROUNDS):
@@ -40,5 +45,6 @@ def test_first_writers_of_a_settings_row_at_once(connect, conn, how):
                 errors.append(exc)
 
         run_threads(threading.Thread(target=write, args=(c,)) for c in sessions)
-        assert scalar(conn, "SELECT count(*) FROM pgmq.queue_settings WHERE queue_name = %s", (queue,)) == 1
+        row = ROWS.get(how, "SELECT count(*) FROM pgmq.queue_settings WHERE queue_name = %s")
+        assert scalar(conn, row, (queue,)) == 1
     assert errors == []
