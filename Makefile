@@ -9,7 +9,8 @@ EXT         = pgmq
 # ./pgmq.control); MODULEDIR sends DATA to <sharedir>/extension.
 MODULEDIR   = extension
 # Every extension script of extension/: the current version's install script, the chain of
-# upgrade steps from each released version (ALTER EXTENSION pgmq UPDATE runs it), the step
+# upgrade steps from the newest released versions (UPGRADE_WINDOW in pgmq_build/manifest.py;
+# ALTER EXTENSION pgmq UPDATE runs it), the step
 # from upstream PGMQ (pgmq--1.13.x--<version>.sql) and the bridges to it from upstream's
 # versions (pgmq--1.13.0--1.13.x.sql, a comment). Older released scripts wait in
 # history/extension/ (for the tests): no upgrade path needs them, so they are not installed.
@@ -19,12 +20,18 @@ DATA        = extension/$(EXT).control $(sort $(wildcard extension/$(EXT)--*.sql
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
+
+# The retired upgrade steps too (history/extension/: from releases older than the window), for a
+# database at such a release; then ALTER EXTENSION pgmq UPDATE as usual.
+RETIRED = $(sort $(wildcard history/extension/$(EXT)--2.*--2.*.sql))
+install-retired: install
+	$(INSTALL_DATA) $(RETIRED) '$(DESTDIR)$(datadir)/$(datamoduledir)/'
 else
-all install:
+all install install-retired:
 	@echo "pg_config not found: install PostgreSQL (Debian: apt-get install postgresql-15) or run 'make deps'" >&2; exit 1
 endif
 
-.PHONY: deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big bench-archive chaos
+.PHONY: install-retired deps generate gates docs test demo demo-migrate demo-spark bench bench-steady bench-metrics bench-contention bench-big bench-archive chaos
 
 # Everything a fresh machine lacks: PostgreSQL (apt-get, when root) and the Python packages.
 deps:

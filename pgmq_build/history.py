@@ -1,12 +1,14 @@
 """Which released scripts ship and which go to history/extension/.
 
 extension/ holds what an upgrade can use: the current version's install scripts, the chain of
-steps from each released version (pgmq--2.0.0--2.1.0.sql ... into the current one), the step
+steps from each of the newest UPGRADE_WINDOW released versions (manifest.py) into the current
+one, the step
 from upstream PGMQ (pgmq--1.13.x--<current>.sql), each in both forms, and the extension's
 bridges from upstream's versions to 1.13.x (pgmq--1.13.0--1.13.x.sql: they name no version of
 ours, so they stay whether a release recorded them or not). Every other released script (older
 install scripts, steps from upstream into an older version: 2.11.0 and older shipped one per
-upstream version, pgmq--1.13.0--2.11.0.sql) is kept, frozen by its sha256 (manifest.RELEASED),
+upstream version, pgmq--1.13.0--2.11.0.sql; the retired steps from releases older than the
+window, which `make install-retired` installs) is kept, frozen by its sha256 (manifest.RELEASED),
 in history/extension/, where the tests and the renderer still find it. After a release (its
 record in RELEASED, VERSION bumped), `pgmq-build generate` moves what the release superseded
 there: move_superseded()."""
@@ -25,20 +27,30 @@ TARGETS = ("extension", "standalone")
 Released = tuple[Release, ...]
 
 
-def chain(released: Released = MANIFEST.released) -> set[str]:
-    """The released upgrade steps between consecutive released versions: they stay in
-    extension/ (the step into the current version is generated, not released)."""
+def _steps(released: Released) -> set[str]:
     return {upgrade_name(a.version, b.version, t) for a, b in zip(released, released[1:], strict=False) for t in TARGETS}
+
+
+def chain(released: Released = MANIFEST.released, window: int = MANIFEST.window) -> set[str]:
+    """The released upgrade steps between consecutive released versions of the window (the
+    newest ``window`` released versions): they stay in extension/ (the step into the current
+    version is generated, not released)."""
+    return _steps(released[-window:])
+
+
+def retired(released: Released = MANIFEST.released, window: int = MANIFEST.window) -> set[str]:
+    """The released steps from versions older than the window: in history/extension/."""
+    return _steps(released) - chain(released, window)
 
 
 def released_names(released: Released = MANIFEST.released) -> set[str]:
     return {name for r in released for name in r.scripts}
 
 
-def historical(released: Released = MANIFEST.released) -> set[str]:
+def historical(released: Released = MANIFEST.released, window: int = MANIFEST.window) -> set[str]:
     """Released scripts that no upgrade path needs: their place is history/extension/. The
     bridges are needed by every release's step from upstream (a release may record them)."""
-    return released_names(released) - chain(released) - set(bridge_names())
+    return released_names(released) - chain(released, window) - set(bridge_names())
 
 
 def find(name: str, outdir: Path | None = None, history: Path | None = None) -> Path:

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from .manifest import MANIFEST, version_key
-from .paths import extension_dir
+from .paths import extension_dir, history_dir
 from .scriptnames import standalone_name, upgrade_name
 
 
@@ -129,14 +129,25 @@ def create_or_update_extension(dsn: str) -> ExtensionResult:
             elif previous != MANIFEST.version:
                 conn.execute("ALTER EXTENSION pgmq UPDATE")
         except psycopg.Error as exc:
-            raise InstallError(f"installing the extension failed (rolled back): {str(exc).strip()}") from exc
+            hint = f"; {RETIRED_HINT.format(version=previous)}" if previous in MANIFEST.retired_versions else ""
+            raise InstallError(f"installing the extension failed (rolled back): {str(exc).strip()}{hint}") from exc
         version = conn.execute(query).fetchone()[0]
     action = "created" if previous is None else "current" if previous == version else "updated"
     return ExtensionResult(action, version, previous)
 
 
+# What an upgrade from a release older than the window needs (manifest.UPGRADE_WINDOW).
+RETIRED_HINT = ("pgmq {version} is older than the releases whose upgrade steps this pgmq-build ships "
+                f"(from {MANIFEST.released_versions[-MANIFEST.window]} on): in a checkout of pgmq-build, "
+                "`make install-retired` installs the retired steps (or upgrade through an older pgmq-build first)")
+
+
 def standalone_script(name: str | None = None) -> str:
+    """A standalone script of extension/; a retired step (an upgrade from a release older than
+    the window) from history/extension/ when this is a checkout."""
     path = extension_dir() / (name or standalone_name())
+    if not path.exists() and (history_dir() / path.name).exists():
+        path = history_dir() / path.name
     if not path.exists():
         raise InstallError(f"{path} missing: run `pgmq-build generate`")
     return path.read_text()
@@ -171,6 +182,9 @@ def standalone_upgrade_chain(installed: str, manifest=MANIFEST) -> list[str]:
                else f"not a released version (known: {', '.join(versions)})")
         raise InstallError(f"schema pgmq holds the standalone pgmq {installed}, which is {why}; "
                            "nothing was changed")
+    if installed in manifest.retired_versions and not (history_dir() / upgrade_name(
+            installed, versions[versions.index(installed) + 1], "standalone")).exists():
+        raise InstallError(f"{RETIRED_HINT.format(version=installed)}; nothing was changed")
     start = versions.index(installed)
     return [upgrade_name(a, b, "standalone") for a, b in zip(versions[start:], versions[start + 1:], strict=False)]
 

@@ -19,7 +19,12 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.13.0"
+VERSION = "2.14.0"
+# How many of the newest released versions upgrade in place with what `make install` ships (their
+# steps of the chain). Every release adds a step (0.1 to 0.6 MB) and no released step may change,
+# so the chain would outgrow any fixed size: the steps from older releases retire to
+# history/extension/, whence `make install-retired` (a checkout) still installs them.
+UPGRADE_WINDOW = 10
 
 # Per-queue object prefixes and the identifier budget (NAMEDATALEN - 1 = 63).
 # pg_partman's template table "template_pgmq_q_<name>" is the longest name we cause.
@@ -212,6 +217,14 @@ RELEASED: tuple[Release, ...] = (
         "pgmq--1.13.0--1.13.x.sql": "27685d11c3b1922abe743d694ab81d894ed6116129e110a9b69dab6230022691",
         "pgmq--1.13.1--1.13.x.sql": "f34cce6451e29065966af61cee14ae3f0f737892823e52c32e3cc9bb21b025cb",
     }),
+    Release("2.13.0", {
+        "pgmq--2.13.0.sql": "64f054e2e8d2f195e23e0f8c319a1e7df94be9103adea518af7d3f540fb118e9",
+        "pgmq-standalone--2.13.0.sql": "20fb4674497dd3bc3e024b0a1f3e35bcbeace016d92a33112ed9d9f9b5cfcfd0",
+        "pgmq--2.12.0--2.13.0.sql": "41e4739d6f67ea555b0fabc36e105aac8d9d5fc32638adcc5524389570f55b57",
+        "pgmq-standalone--2.12.0--2.13.0.sql": "3873d1be8b39aadda91584b55a1f654ad9cc1bf7e491e7d4ffc24ccaa9b165cb",
+        "pgmq--1.13.x--2.13.0.sql": "dd32cf26af00737257fe71e5717c093da569bb2193bad1425df208e44eef4301",
+        "pgmq-standalone--1.13.x--2.13.0.sql": "0ff84baa233fef38a50c658c2d13c3c0917d7fa40d22b937778e6b57bb231762",
+    }),
 )
 
 
@@ -267,6 +280,7 @@ class Manifest:
     bridge: str = UPSTREAM_BRIDGE  # the version name the upstream versions are bridged to
     routines: tuple[Policy, ...] = ()  # ROUTINES: every routine's policy
     contract: tuple[str, ...] = ()  # UPSTREAM_CONTRACT: upstream's signatures (Signature.line)
+    window: int = UPGRADE_WINDOW  # the newest released versions whose steps ship
 
     @property
     def released_versions(self) -> tuple[str, ...]:
@@ -276,6 +290,11 @@ class Manifest:
     def versions(self) -> tuple[str, ...]:
         """Every version an install can be at, oldest first: the released ones, then this one."""
         return (*self.released_versions, self.version)
+
+    @property
+    def retired_versions(self) -> tuple[str, ...]:
+        """Released versions older than the window: their steps are in history/extension/ only."""
+        return self.released_versions[:max(len(self.released) - self.window, 0)]
 
     @property
     def steps(self) -> tuple[tuple[str, str], ...]:

@@ -223,3 +223,19 @@ def test_a_failed_update_changes_nothing(dbs, role, partman_available, old):
     with connected(b) as c:
         assert standalone_version(c) == f"pgmq {old} (standalone)"
         assert_same(snapshot(c, rows=True), before, ("after the failed upgrade", "before"))
+
+
+def test_standalone_upgrade_from_a_retired_release_needs_the_checkouts_history(dbs, tmp_path, monkeypatch):
+    """A release older than the window upgrades through its retired steps (history/extension/,
+    in a checkout); an installed wheel has none of them and says so, changing nothing."""
+    old = MANIFEST.retired_versions[0]
+    a = dbs.create("retired")
+    run_script(a, render.install_name(old, "standalone"))
+    monkeypatch.setattr(install, "history_dir", lambda: tmp_path)  # as in a wheel: no history/
+    with pytest.raises(install.InstallError, match=f"pgmq {old} is older than the releases whose upgrade steps "
+                       f"this pgmq-build ships .*make install-retired.*nothing was changed"):
+        install.apply_standalone(a)
+    with connected(a) as c:
+        assert standalone_version(c) == f"pgmq {old} (standalone)"
+    monkeypatch.undo()
+    assert install.apply_standalone(a).scripts[0] == render.upgrade_name(old, MANIFEST.versions[1], "standalone")
