@@ -1,11 +1,11 @@
 """What send, read + delete, pop and metrics cost on a queue holding millions of messages:
 ``python3 -m bench big`` (`make bench-big`).
 
-    python3 -m bench big [--sizes 1000000,10000000] [--ops 2000] [--no-partitioned]
-        [--dsn DSN] [--json PATH]
+    python3 -m bench big [--sizes 1000000,10000000] [--ops 2000] [--no-partitioned | --no-plain]
+        [--partition-interval 1000000] [--dsn DSN] [--json PATH]
 
 For each size, a plain queue (pgmq.create) and, when pg_partman is installed, a partitioned one
-(pgmq.create_partitioned by msg_id, PARTITION_INTERVAL ids a partition, maintenance run between
+(pgmq.create_partitioned by msg_id, --partition-interval ids a partition, maintenance run between
 the fill's chunks so that every row lands in its partition) are filled straight into their
 tables (INSERT ... generate_series, chunks of CHUNK rows), then VACUUM ANALYZE, as autovacuum
 would leave them. Then, on one connection: --ops sends, --ops read + delete pairs, --ops pops,
@@ -50,6 +50,7 @@ class Row:
     metrics_ms: float
     table_mb: float  # the queue table with its indexes (and partitions)
     fill_s: float
+    partitions: int = 0  # the partitioned queue's partitions when measured (0: plain)
 
 
 def fill(conn: psycopg.Connection, queue: str, size: int, partitioned: bool) -> None:
@@ -88,13 +89,13 @@ def server_ms(conn: psycopg.Connection, call: str) -> float:
     return round(statistics.median(times), 2)
 
 
-def measure(dsn: str, size: int, partitioned: bool, ops: int) -> Row:
+def measure(dsn: str, size: int, partitioned: bool, ops: int, interval: int = PARTITION_INTERVAL) -> Row:
     queue = "bench_bigp" if partitioned else "bench_big"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pgmq.drop_queue(%s) FROM pgmq.meta WHERE queue_name = %s", (queue, queue))
         if partitioned:
             conn.execute("SELECT pgmq.create_partitioned(%s, %s, %s)",
-                         (queue, str(PARTITION_INTERVAL), str(PARTITION_INTERVAL * 1000)))
+                         (queue, str(interval), str(interval * 1000)))
         else:
             conn.execute("SELECT pgmq.create(%s)", (queue,))
         t0 = time.monotonic()
@@ -115,10 +116,10 @@ def measure(dsn: str, size: int, partitioned: bool, ops: int) -> Row:
         q = f"'{queue}'"
         qm = server_ms(conn, f"pgmq.queue_metrics({q})")
         m = server_ms(conn, f"pgmq.metrics({q})")
-        _, mb = partitions_and_mb(conn, f"pgmq.q_{queue}")
+        parts, mb = partitions_and_mb(conn, f"pgmq.q_{queue}")
         conn.execute("SELECT pgmq.drop_queue(%s)", (queue,))
     return Row("partitioned" if partitioned else "plain", size, *[c[0] for c in costs],
-               *[c[1] for c in costs], qm, m, mb, fill_s)
+               *[c[1] for c in costs], qm, m, mb, fill_s, parts if partitioned else 0)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -127,7 +128,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="1000000,10000000", help="queued messages, comma-separated "
                    "(default 1000000,10000000)")
     p.add_argument("--ops", type=int, default=2000, help="calls per operation (default 2000)")
-    p.add_argument("--no-partitioned", action="store_true", help="plain queues only")
+    kinds = p.add_mutually_exclusive_group()
+    kinds.add_argument("--no-partitioned", action="store_true", help="plain queues only")
+    kinds.add_argument("--no-plain", action="store_true", help="partitioned queues only (needs pg_partman)")
+    p.add_argument("--partition-interval", type=int, default=PARTITION_INTERVAL,
+                   help=f"msg_ids a partition of the partitioned queue (default {PARTITION_INTERVAL:,})")
     p.add_argument("--dsn", help="use this server (database pgmq_bench is made again)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
@@ -139,6 +144,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--sizes needs sizes of at least 1000")
     if args.ops < 1:
         p.error("--ops must be at least 1")
+    if args.partition_interval < 1000:
+        p.error("--partition-interval needs at least 1000 ids a partition")
     check_dsn(p, args.dsn)
     return args
 
@@ -154,12 +161,15 @@ def run(args: argparse.Namespace, dsn: str, where: str) -> int:
             if partman and not args.no_partitioned:
                 conn.execute("CREATE SCHEMA IF NOT EXISTS partman")
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman")
-        kinds = [False] + ([True] if partman and not args.no_partitioned else [])
+        if args.no_plain and not partman:
+            log("--no-plain: pg_partman is not installed on this server")
+            return 2
+        kinds = ([] if args.no_plain else [False]) + ([True] if partman and not args.no_partitioned else [])
         if not partman and not args.no_partitioned:
             log("pg_partman is not installed: plain queues only")
         for size in args.sizes:
             for partitioned in kinds:
-                rows.append(measure(ours, size, partitioned, args.ops))
+                rows.append(measure(ours, size, partitioned, args.ops, args.partition_interval))
                 log(f"{rows[-1]}")
     finally:
         drop_bench_databases(dsn)
@@ -170,7 +180,8 @@ def run(args: argparse.Namespace, dsn: str, where: str) -> int:
           "table + indexes MB | fill s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r.kind} | {r.size:,} | {r.send_us:,.0f} / {_cpu(r.send_cpu_us)} | "
+        kind = f"partitioned ({r.partitions} partitions)" if r.partitions else r.kind
+        print(f"| {kind} | {r.size:,} | {r.send_us:,.0f} / {_cpu(r.send_cpu_us)} | "
               f"{r.read_delete_us:,.0f} / {_cpu(r.read_delete_cpu_us)} | {r.pop_us:,.0f} / "
               f"{_cpu(r.pop_cpu_us)} | {r.queue_metrics_ms:,.2f} | {r.metrics_ms:,.1f} | "
               f"{r.table_mb:,.0f} | {r.fill_s:,.0f} |")

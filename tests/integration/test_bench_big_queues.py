@@ -29,7 +29,25 @@ def test_big_queue_bench_measures_every_operation(dsn, tmp_path, capsys):
         assert r["queue_metrics_ms"] > 0 and r["metrics_ms"] > 0
 
 
-@pytest.mark.parametrize("argv", [["--sizes", "10"], ["--sizes", "x"], ["--ops", "0"]])
+def test_big_queue_bench_measures_the_partitioned_queue_alone(dsn, tmp_path, capsys):
+    out = tmp_path / "big.json"
+    args = big_queues.parse_args(["--sizes", "3000", "--ops", "20", "--no-plain", "--partition-interval", "1000",
+                                  "--json", str(out)])
+    with psycopg.connect(dsn) as conn:
+        partman = conn.execute("SELECT count(*) FROM pg_available_extensions "
+                               "WHERE name = 'pg_partman'").fetchone()[0]
+    assert big_queues.run(args, dsn, "the test server") == (0 if partman else 2)
+    if partman:
+        rows = json.loads(out.read_text())
+        assert [r["kind"] for r in rows] == ["partitioned"]
+        # 3,000 ids in partitions of 1,000, the ones made ahead and the default partition
+        assert rows[0]["partitions"] >= 4
+        printed = capsys.readouterr().out
+        assert "| plain |" not in printed and f"| partitioned ({rows[0]['partitions']} partitions) | 3,000 |" in printed
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "10"], ["--sizes", "x"], ["--ops", "0"],
+                                  ["--no-plain", "--no-partitioned"], ["--partition-interval", "10"]])
 def test_big_queue_bench_refuses_bad_options(argv):
     with pytest.raises(SystemExit) as exc:
         big_queues.parse_args(argv)
