@@ -164,3 +164,12 @@ def test_make_install_retired_adds_the_retired_steps(tmp_path):
     assert retired and not retired & shipped
     # what `make install-retired` adds: the retired steps, no other script of history/
     assert _make_install("install-retired", tmp_path / "retired") == shipped | retired
+
+
+def test_the_guides_name_the_retired_releases_of_this_version():
+    """upgrading.md and installing.md say which releases need `make install-retired`: the
+    release that moves the window moves their words too."""
+    retired = f"({MANIFEST.retired_versions[0]} to {MANIFEST.retired_versions[-1]} today)"
+    for guide in ("upgrading.md", "installing.md"):
+        text = " ".join((extension_dir().parent / "docs" / "guides" / guide).read_text().split())
+        assert retired in text and "make install-retired" in text, guide
