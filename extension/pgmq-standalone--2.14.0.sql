@@ -16030,8 +16030,9 @@ BEGIN
 END;
 $fn$;
 
--- _count_messages: a queue table's messages by state, exact or estimated as _count_rows.
-CREATE FUNCTION pgmq._count_messages(table_name text, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean)
+-- _count_messages: a queue table's messages by state, exact or estimated as _count_rows, and the
+-- ages (seconds before `at`) of its oldest and newest message by msg_id.
+CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
@@ -16047,6 +16048,22 @@ DECLARE
     v_span   bigint;
     v_sample record;
 BEGIN
+    -- The head and the tail by msg_id in one statement: on a partitioned queue every statement
+    -- plans and opens all of its partitions. Their ages, and the span of msg_ids between them,
+    -- which bounds an estimate (the statistics can run ahead of the table: a backend's counts
+    -- flushed after a VACUUM that already counted its rows). Epochs, not timestamps, are
+    -- subtracted: an infinite enqueued_at (a row written around send) gives an infinite age
+    -- rather than an error; the span saturates (msg_ids written around send may span more than a
+    -- bigint). No row (NULLs) when the queue is empty.
+    EXECUTE format(
+        $q$SELECT (extract(epoch FROM $1) - extract(epoch FROM h.enqueued_at))::double precision,
+                  (extract(epoch FROM $1) - extract(epoch FROM t.enqueued_at))::double precision,
+                  (CASE WHEN t.msg_id::numeric - h.msg_id + 1 > 9223372036854775807 THEN 9223372036854775807
+                        ELSE t.msg_id::numeric - h.msg_id + 1 END)::bigint
+           FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
+                (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, table_name)
+    INTO oldest, newest, v_span
+    USING at;
     estimated := v_pages > 640;
     IF NOT estimated THEN
         EXECUTE format(
@@ -16079,14 +16096,7 @@ BEGIN
             delayed := (depth::numeric * v_sample.delayed / v_sample.depth)::bigint;
         END IF;
     END IF;
-    -- the statistics can run ahead of the table (a backend's counts flushed after a VACUUM
-    -- that already counted its rows): never more than the msg_ids between the lowest and highest
-    EXECUTE format(
-        -- (saturated: msg_ids written around send may span more than a bigint; NULL when empty)
-        $q$SELECT (CASE WHEN s.span > 9223372036854775807 THEN 9223372036854775807 ELSE s.span END)::bigint
-           FROM (SELECT (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1)::numeric
-                      - (SELECT msg_id FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) + 1 AS span) s$q$, table_name)
-    INTO v_span;
+    -- never more than the msg_ids between the lowest and highest
     depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
 END;
 $fn$;
@@ -16106,7 +16116,6 @@ DECLARE
     v_now     timestamptz := clock_timestamp();
     v_set     record;
     v_msgs    record;
-    v_ages    record;
     v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
     v_dlq_n   bigint;
     v_archive record;
@@ -16129,18 +16138,8 @@ BEGIN
     INTO v_set
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
 
-    v_msgs := pgmq._count_messages(v_qtable);
+    v_msgs := pgmq._count_messages(v_qtable, v_now);
     v_est := v_msgs.estimated;
-
-    -- ages by msg_id order (the primary key; a partitioned queue's msg_id indexes)
-    EXECUTE format(
-        -- epochs, not timestamps, subtracted: an infinite enqueued_at (a row written around send)
-        -- gives an infinite age rather than an error
-        $q$SELECT (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) AS oldest,
-                  (SELECT (extract(epoch FROM $1) - extract(epoch FROM enqueued_at))::double precision FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) AS newest$q$,
-        v_qtable)
-    INTO v_ages
-    USING v_now;
 
     -- counted for a caller that may read it (a queue's readers need not: NULL then)
     IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
@@ -16165,12 +16164,14 @@ BEGIN
     -- default partitions (pg_partman's <table>_default) of the queue and its archive
     IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
         v_default := 0;
+        -- each partitioned table's default partition, from its own catalog row (not by
+        -- deparsing the bound of every partition)
         FOR v_part IN
             SELECT c.relname::text AS relname
-            FROM pg_catalog.pg_class c
-            WHERE c.relispartition AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
-              AND c.oid IN (SELECT t.relid FROM pg_partition_tree(v_q) t
-                            UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t)
+            FROM pg_catalog.pg_partitioned_table p
+            JOIN pg_catalog.pg_class c ON c.oid = p.partdefid
+            WHERE p.partrelid IN (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE NOT t.isleaf
+                                  UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t WHERE NOT t.isleaf)
         LOOP
             v_dlq := pgmq._count_rows(v_part.relname);
             v_default := v_default + coalesce(v_dlq.row_count, 0);
@@ -16188,7 +16189,7 @@ BEGIN
 
     RETURN (queue_name, v_set.paused, v_msgs.depth,
             greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
-            v_ages.oldest, v_ages.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            v_msgs.oldest, v_msgs.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
             coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
             v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
             v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
