@@ -138,7 +138,7 @@ def create_or_update_extension(dsn: str) -> ExtensionResult:
 
 # What an upgrade from a release older than the window needs (manifest.UPGRADE_WINDOW).
 RETIRED_HINT = ("pgmq {version} is older than the releases whose upgrade steps this pgmq-build ships "
-                f"(from {MANIFEST.released_versions[-MANIFEST.window]} on): in a checkout of pgmq-build, "
+                f"(from {MANIFEST.released_versions[-MANIFEST.window:][0]} on): in a checkout of pgmq-build, "
                 "`make install-retired` installs the retired steps (or upgrade through an older pgmq-build first)")
 
 
