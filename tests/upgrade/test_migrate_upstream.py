@@ -9,6 +9,7 @@ the same queues with our functions. A failed migration and a dry run change noth
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 
 import pgmq as pgmq_client  # PyPI `pgmq`: upstream's client, and upstream's SQL
@@ -97,17 +98,22 @@ def roles(make_role):
 @pytest.fixture
 def upstream_extension():
     """Upstream's SQL as extension install scripts pgmq--<v>.sql in the server's extension
-    directory for one test (removed afterwards): CREATE EXTENSION pgmq VERSION '<v>'."""
-    dest, written = install.sharedir() / "extension", []
+    directory: CREATE EXTENSION pgmq VERSION '<v>'. Left there afterwards: a test on another
+    xdist worker may be creating upstream's extension from the same file (removing it made that
+    test fail: "no installation script ... for version 1.13.0"), and an extension directory
+    shared with upstream holds these scripts anyway, which our update paths are tested with
+    (test_the_update_from_upstream_takes_the_bridge_whatever_else_the_directory_holds)."""
+    dest = install.sharedir() / "extension"
 
     def write(version: str) -> None:
         path = dest / f"pgmq--{version}.sql"
-        path.write_text(UPSTREAM_SQL)
-        written.append(path)
+        if not path.exists() or path.read_text() != UPSTREAM_SQL:
+            # whole or not at all, for a server reading it on another worker meanwhile
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(UPSTREAM_SQL)
+            os.replace(tmp, path)
 
-    yield write
-    for path in written:
-        path.unlink(missing_ok=True)
+    return write
 
 
 def fill(c: psycopg.Connection, roles: tuple[str, str], partman: bool) -> None:
