@@ -7631,10 +7631,16 @@ END, 0)
               AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
-            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
             SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
             FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name))) AS name) q
-            WHERE q.name IS NOT NULL;
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
         END IF;
     END IF;
     RETURN v_count;
@@ -7819,10 +7825,16 @@ BEGIN
           AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
         LIMIT 1 FOR UPDATE SKIP LOCKED);
     IF NOT FOUND THEN
-        INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+        -- this transaction's own row (slot: its id), which it may have made already: the row picked
+        -- above can have been updated by a transaction that committed after this statement's
+        -- snapshot, and the UPDATE then finds nothing to change
+        INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
         SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
         FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name))) AS name) q
-        WHERE q.name IS NOT NULL;
+        WHERE q.name IS NOT NULL
+        ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
     END IF;
     RETURN true;
 END;
@@ -8454,10 +8466,16 @@ BEGIN
               AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
-            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
             SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[1]
             FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
-            WHERE q.name IS NOT NULL;
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
         END IF;
     END IF;
     IF v_gone[2] > 0 THEN
@@ -8472,10 +8490,16 @@ BEGIN
               AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
             LIMIT 1 FOR UPDATE SKIP LOCKED);
         IF NOT FOUND THEN
-            INSERT INTO pgmq.queue_counters (queue_name, counter, reason, slot, n)
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
             SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[2]
             FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
-            WHERE q.name IS NOT NULL;
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
         END IF;
     END IF;
 END;

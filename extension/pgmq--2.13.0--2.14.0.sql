@@ -10,11 +10,262 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
+-- replace: pgmq._dead_letter(text, bigint[], text, text)
+-- replace: pgmq.nack(text, bigint, text)
+-- replace: pgmq._first_deliveries(text, bigint, bigint)
 -- gone: pgmq._count_messages(text)
 -- replace: pgmq._queue_metrics_of(text)
 -- new: pgmq._count_messages(text, timestamp with time zone)
 
 DROP FUNCTION pgmq._count_messages(text);
+
+CREATE OR REPLACE FUNCTION pgmq._dead_letter(queue_name text, msg_ids bigint[], reason text, error text DEFAULT NULL::text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dlq    text;
+    v_setter name;
+    v_source text;
+    v_moved  bigint[];
+    v_count  bigint;
+BEGIN
+    SELECT s.dead_letter_queue, s.dead_letter_set_by INTO v_dlq, v_setter
+    FROM pgmq.queue_settings s
+    WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.retry_policy;
+
+    -- Checked when used, not only when set: whoever consumes (cron, an admin) moves messages
+    -- only where the role that set the dead-letter queue may still send. Otherwise the
+    -- archive, as without one: nothing is lost and the queue keeps going.
+    IF v_dlq IS NOT NULL AND NOT pgmq._may_send_as(v_setter, v_dlq) THEN
+        RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('role "%s", which set the dead-letter queue "%s" of queue "%s", may not send to it: dead letters go to the archive',
+                             v_setter, v_dlq, queue_name),
+            HINT = 'Grant it access to the dead-letter queue, or set it (or another) with set_retry_policy as a role that may send there.';
+        v_dlq := NULL;
+    END IF;
+
+    IF v_dlq IS NOT NULL THEN
+        -- Limits in the moved headers keep applying in the dead-letter queue.
+        PERFORM pgmq._note_message_limits(v_dlq);
+        IF EXISTS (SELECT 1 FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)) AND s.priorities) THEN
+            PERFORM pgmq._note_priorities(v_dlq);
+        END IF;
+        -- The origin is recorded only by a role that may send there itself (the row security of
+        -- dead_letter_origins, asked here first so that it never refuses the move), and only for
+        -- the messages this transaction moved (a second statement, which sees them:
+        -- _dead_letter_written_here).
+        IF pgmq._queue_privilege(queue_name, 'INSERT') THEN
+            v_source := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)));  -- the spelling meta holds
+        END IF;
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            ), moved AS (
+                INSERT INTO pgmq.%I (vt, message, headers, priority)
+                SELECT clock_timestamp(), d.message, CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                    'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                    'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                    'time', clock_timestamp())
+                    || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                            ELSE jsonb_build_object('headers', d.headers) END),
+                       coalesce(CASE jsonb_typeof(d.headers->'x-pgmq-priority')
+     WHEN 'number' THEN least(greatest((d.headers->'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer
+     WHEN 'string' THEN CASE WHEN (d.headers->>'x-pgmq-priority') ~ '^\s*[-+]?[0-9]+\s*$'
+                             THEN least(greatest((d.headers->>'x-pgmq-priority')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+                FROM d ORDER BY d.msg_id
+                RETURNING msg_id
+            )
+            SELECT array_agg(moved.msg_id) FROM moved$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(v_dlq, 'q'))
+        INTO v_moved
+        USING msg_ids, queue_name, reason, error;
+        INSERT INTO pgmq.dead_letter_origins AS o (queue_name, msg_id, source_queue)
+        SELECT v_dlq, m.msg_id, v_source FROM unnest(v_moved) AS m(msg_id)
+        ON CONFLICT ON CONSTRAINT dead_letter_origins_pkey DO UPDATE SET source_queue = EXCLUDED.source_queue;
+        v_count := coalesce(cardinality(v_moved), 0);
+    ELSE
+        EXECUTE format(
+            $q$WITH d AS (
+                DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+                RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+            )
+            INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+            SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message,
+                   CASE WHEN (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN d.headers ELSE '{}'::jsonb END
+                   || jsonb_build_object('x-pgmq-dead-letter', jsonb_build_object(
+                       'source_queue', $2::text, 'source_msg_id', d.msg_id, 'attempts', d.read_ct,
+                       'reason', $3::text, 'last_error', coalesce($4::text, d.headers->>'x-pgmq-last-error'),
+                       'time', clock_timestamp())
+                       || CASE WHEN d.headers IS NULL OR (jsonb_typeof(d.headers) = 'object' AND d.headers <> '{}'::jsonb) THEN '{}'::jsonb
+                               ELSE jsonb_build_object('headers', d.headers) END)
+            FROM d$q$,
+            pgmq._format_table_name(queue_name, 'q'), pgmq._format_table_name(queue_name, 'a'))
+        USING msg_ids, queue_name, reason, error;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+    IF v_count > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_count)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_count END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name)))
+              AND f.counter OPERATOR(pg_catalog.=) 'dead_lettered' AND f.reason OPERATOR(pg_catalog.=) _dead_letter.reason
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'dead_lettered', _dead_letter.reason, pg_catalog.pg_current_xact_id()::text::bigint, v_count
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_dead_letter.queue_name))) AS name) q
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
+        END IF;
+    END IF;
+    RETURN v_count;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text DEFAULT NULL::text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_read_ct integer;
+BEGIN
+    EXECUTE format('SELECT read_ct FROM pgmq.%I WHERE msg_id = $1 FOR UPDATE',
+                   pgmq._format_table_name(queue_name, 'q'))
+    INTO v_read_ct
+    USING msg_id;
+    IF v_read_ct IS NULL THEN  -- EXECUTE does not set FOUND
+        RETURN false;
+    END IF;
+    -- A lease already counted this delivery in read_ct; a nack of a message nobody read
+    -- still counts as one failed attempt.
+    PERFORM pgmq._record_failure(queue_name, msg_id, greatest(v_read_ct, 1), 'nack', error);
+    -- saturating: a consumer may write a row itself (row security lets it count), and a count
+    -- that overflowed would stop every later dead-lettering of the queue
+    UPDATE pgmq.queue_counters AS c
+    SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) 1)
+                 THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) 1 END
+    WHERE c.ctid OPERATOR(pg_catalog.=) (
+        SELECT f.ctid FROM pgmq.queue_counters f
+        WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name)))
+          AND f.counter OPERATOR(pg_catalog.=) 'nacked' AND f.reason OPERATOR(pg_catalog.=) ''
+        LIMIT 1 FOR UPDATE SKIP LOCKED);
+    IF NOT FOUND THEN
+        -- this transaction's own row (slot: its id), which it may have made already: the row picked
+        -- above can have been updated by a transaction that committed after this statement's
+        -- snapshot, and the UPDATE then finds nothing to change
+        INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
+        SELECT q.name, 'nacked', '', pg_catalog.pg_current_xact_id()::text::bigint, 1
+        FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(nack.queue_name))) AS name) q
+        WHERE q.name IS NOT NULL
+        ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
+    END IF;
+    RETURN true;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.nack(queue_name text, msg_id bigint, error text) IS 'Report a failed delivery: the message is retried after the retry policy''s delay (without a policy: 1 s, doubling per attempt up to 5 minutes), or dead-lettered (reason nack) when exhausted. False when the message does not exist.';
+
+CREATE OR REPLACE FUNCTION pgmq._first_deliveries(queue_name text, delivered bigint, redelivered bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_queue text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_first_deliveries.queue_name)));
+    v_gone  bigint[];
+BEGIN
+    IF v_queue IS NULL THEN
+        RETURN;  -- dropped meanwhile: nothing to count
+    END IF;
+    INSERT INTO pgmq.queue_consumers AS c (queue_name, pid, role_name, last_seen, delivered, redelivered)
+    VALUES (v_queue, pg_backend_pid(), current_user, clock_timestamp(),
+            _first_deliveries.delivered, _first_deliveries.redelivered)
+    ON CONFLICT ((lower(queue_name)), pid, role_name)
+    DO UPDATE SET last_seen = excluded.last_seen,
+                  delivered = CASE WHEN c.delivered > 9223372036854775807 - excluded.delivered THEN 9223372036854775807 ELSE c.delivered + excluded.delivered END,
+                  redelivered = CASE WHEN c.redelivered > 9223372036854775807 - excluded.redelivered THEN 9223372036854775807 ELSE c.redelivered + excluded.redelivered END;
+    WITH gone AS (
+        DELETE FROM pgmq.queue_consumers c
+        WHERE c.ctid IN (SELECT o.ctid FROM pgmq.queue_consumers o
+                         WHERE lower(o.queue_name) = lower(v_queue)
+                           AND o.last_seen < clock_timestamp() - interval '1 hour'
+                           AND o.pid <> ALL (ARRAY(SELECT a.pid FROM pg_stat_get_activity(NULL) a))
+                         FOR UPDATE SKIP LOCKED)
+        RETURNING c.delivered, c.redelivered)
+    SELECT ARRAY[least(coalesce(sum(g.delivered), 0), 9223372036854775807)::bigint,
+                 least(coalesce(sum(g.redelivered), 0), 9223372036854775807)::bigint]
+    INTO v_gone FROM gone g;
+    IF v_gone[1] > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_gone[1])
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_gone[1] END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'delivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'delivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[1]
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
+        END IF;
+    END IF;
+    IF v_gone[2] > 0 THEN
+        -- saturating: a consumer may write a row itself (row security lets it count), and a count
+        -- that overflowed would stop every later dead-lettering of the queue
+        UPDATE pgmq.queue_counters AS c
+        SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) v_gone[2])
+                     THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) v_gone[2] END
+        WHERE c.ctid OPERATOR(pg_catalog.=) (
+            SELECT f.ctid FROM pgmq.queue_counters f
+            WHERE f.queue_name OPERATOR(pg_catalog.=) (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue)))
+              AND f.counter OPERATOR(pg_catalog.=) 'redelivered' AND f.reason OPERATOR(pg_catalog.=) ''
+            LIMIT 1 FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            -- this transaction's own row (slot: its id), which it may have made already: the row picked
+            -- above can have been updated by a transaction that committed after this statement's
+            -- snapshot, and the UPDATE then finds nothing to change
+            INSERT INTO pgmq.queue_counters AS c (queue_name, counter, reason, slot, n)
+            SELECT q.name, 'redelivered', '', pg_catalog.pg_current_xact_id()::text::bigint, v_gone[2]
+            FROM (SELECT (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(v_queue))) AS name) q
+            WHERE q.name IS NOT NULL
+            ON CONFLICT ON CONSTRAINT queue_counters_pkey DO UPDATE
+            SET n = CASE WHEN c.n OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) EXCLUDED.n)
+                         THEN 9223372036854775807 ELSE c.n OPERATOR(pg_catalog.+) EXCLUDED.n END;
+        END IF;
+    END IF;
+END;
+$fn$;
 
 CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
 RETURNS record

@@ -96,12 +96,22 @@ def wait_for(pred: Callable[[], object], timeout: float = 15.0, what: str = "con
 
 
 def run_threads(threads: Iterable[threading.Thread]) -> None:
-    """Start every thread, then wait for all of them."""
+    """Start every thread, then wait for all of them; then raise the first exception one of them
+    did not catch (pytest would only warn of it, and a test whose other threads did the work
+    would pass)."""
     threads = list(threads)
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    raised: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        threading.excepthook = previous
+    if raised:
+        raise raised[0]
 
 
 def run_cli(*args: str, input: str | None = None):
