@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.14.0"
+VERSION = "2.15.0"
 # How many of the newest released versions upgrade in place with what `make install` ships (their
 # steps of the chain). Every release adds a step (0.1 to 0.6 MB) and no released step may change,
 # so the chain would outgrow any fixed size: the steps from older releases retire to
@@ -224,6 +224,14 @@ RELEASED: tuple[Release, ...] = (
         "pgmq-standalone--2.12.0--2.13.0.sql": "3873d1be8b39aadda91584b55a1f654ad9cc1bf7e491e7d4ffc24ccaa9b165cb",
         "pgmq--1.13.x--2.13.0.sql": "dd32cf26af00737257fe71e5717c093da569bb2193bad1425df208e44eef4301",
         "pgmq-standalone--1.13.x--2.13.0.sql": "0ff84baa233fef38a50c658c2d13c3c0917d7fa40d22b937778e6b57bb231762",
+    }),
+    Release("2.14.0", {
+        "pgmq--2.14.0.sql": "a5521471e35a0c342f322562afdbbf1f6490f1d8cc27321857874880dc6c277f",
+        "pgmq-standalone--2.14.0.sql": "fed509a52fccc195a1937b4656ccce1217da207d13a3299e897f45c08b4b7626",
+        "pgmq--2.13.0--2.14.0.sql": "7a97f8811c8c41b5278fc6a9a29025f79681b78334cdaf365fa0acd0d1b6bca2",
+        "pgmq-standalone--2.13.0--2.14.0.sql": "b8c2de5cd98c117f898611b960a035896f47f7a3771a564545dd8f2488b64837",
+        "pgmq--1.13.x--2.14.0.sql": "7b4f12253666b10f3ca95c204ba29959083061d8e690852ad3e1596b608478dc",
+        "pgmq-standalone--1.13.x--2.14.0.sql": "46381c028e87a157f9f296b04188cc8d7c406ea0ce70f1a7dddae4467a2fa28d",
     }),
 )
 
