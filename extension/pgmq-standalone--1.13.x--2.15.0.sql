@@ -496,6 +496,22 @@ BEGIN
 END;
 $fn$;
 
+-- _lock_queue_config: a trigger, BEFORE INSERT on a queue's configuration tables (queue_settings,
+-- callbacks), running as whoever inserts (our routines, or a queue's owner writing directly):
+-- the queue's configuration lock (_macros/lifecycle.sql.j2, lock_queue_config), so that two
+-- first writers of a queue's row take turns instead of failing on its second unique index.
+CREATE FUNCTION pgmq._lock_queue_config()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(NEW.queue_name)));
+    RETURN NEW;
+END;
+$fn$;
+
 -- features/core/functions/ownership.sql.j2
 -- _is_trusted: a role that may already run any code in this database's pgmq: a superuser, a
 -- member of the schema's owner (the extension's owner), or a role with CREATE on the schema
@@ -1785,7 +1801,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(v_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
     VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
@@ -7108,6 +7123,8 @@ CREATE TABLE pgmq.queue_settings (
     count_deliveries  BOOLEAN NOT NULL DEFAULT false
 );
 CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
+CREATE TRIGGER queue_settings_config_lock BEFORE INSERT ON pgmq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION pgmq._lock_queue_config();
 
 
 -- Deduplication keys (x-pgmq-dedup-id) with the msg_id they produced, until expires_at, under
@@ -7189,7 +7206,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
     END IF;
     -- the dead-letter queue is checked by the table itself (_check_queue_settings)
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_retry_policy.queue_name)));
     INSERT INTO pgmq.queue_settings AS s
         (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
     VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
@@ -7248,7 +7264,6 @@ BEGIN
     IF seconds IS NULL OR seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_dedup_window.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
 END;
@@ -7276,7 +7291,6 @@ BEGIN
     IF seconds <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_message_ttl.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
 END;
@@ -7381,7 +7395,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('permission denied to send to queue "%s"', queue_name);
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(v_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
     VALUES (v_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
@@ -8402,7 +8415,6 @@ BEGIN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF enabled THEN
-        PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(set_delivery_counting.queue_name)));
         INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
         VALUES (set_delivery_counting.queue_name, true)
         ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
@@ -14711,7 +14723,6 @@ BEGIN
                 MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
         END IF;
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(_set_payload_check.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
     VALUES (queue_name, _set_payload_check.payload_type)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
@@ -15399,6 +15410,8 @@ CREATE TABLE pgmq.callbacks (
     callback_owner NAME NOT NULL
 );
 CREATE UNIQUE INDEX callbacks_queue_name_lower_key ON pgmq.callbacks (lower(queue_name));
+CREATE TRIGGER callbacks_config_lock BEFORE INSERT ON pgmq.callbacks
+    FOR EACH ROW EXECUTE FUNCTION pgmq._lock_queue_config();
 -- How many callbacks of each queue ran and how many raised (queue_metrics). A dispatcher adds to
 -- one of 16 rows per queue, chosen by its backend pid, so that concurrent dispatchers rarely wait
 -- for each other's row lock; the rows go with the queue.
@@ -16104,7 +16117,6 @@ BEGIN
     IF NOT pgmq._owns_queue(queue_name) THEN
         RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
     END IF;
-    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(pause.queue_name)));
     INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
     VALUES (pause.queue_name, true)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused

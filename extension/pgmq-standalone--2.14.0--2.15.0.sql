@@ -38,9 +38,330 @@ $check$;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq._enable_priorities_for(text)
+-- replace: pgmq.set_retry_policy(text, integer, integer, double precision, integer, text)
+-- replace: pgmq.set_dedup_window(text, integer)
+-- replace: pgmq.set_message_ttl(text, integer)
+-- replace: pgmq._flag_message_limits(text)
+-- replace: pgmq.set_delivery_counting(text, boolean)
+-- replace: pgmq._set_payload_check(text, regtype)
+-- replace: pgmq.pause(text)
+-- new: pgmq._lock_queue_config()
+
+CREATE FUNCTION pgmq._lock_queue_config()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1885826419, hashtext(lower(NEW.queue_name)));
+    RETURN NEW;
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._enable_priorities_for(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller  name := pgmq._proven_caller();
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_trigger name;
+    v_name    text;
+BEGIN
+    -- the table before the settings row: the lock order (_macros/lifecycle.sql.j2)
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;
+    END IF;
+    v_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_enable_priorities_for.queue_name)));  -- the spelling meta holds
+    IF v_name IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', v_qtable), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, priorities)
+    VALUES (v_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET priorities = true WHERE NOT s.priorities;
+    -- CREATE INDEX refuses a table with trigger events pending in this transaction: those of our
+    -- deferred notification triggers (a message sent earlier in it) fire now instead of at
+    -- commit (their NOTIFY still goes out at commit), and the triggers are deferred again.
+    FOR v_trigger IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                     WHERE t.tgrelid = format('pgmq.%I', v_qtable)::regclass AND t.tginitdeferred LOOP
+        EXECUTE format('SET CONSTRAINTS pgmq.%I IMMEDIATE', v_trigger);
+        EXECUTE format('SET CONSTRAINTS pgmq.%I DEFERRED', v_trigger);
+    END LOOP;
+    IF to_regclass(format('pgmq.%I', v_qtable || '_priority_idx')) IS NULL THEN
+        EXECUTE format($q$CREATE INDEX %I ON pgmq.%I (priority, msg_id)$q$,
+                       v_qtable || '_priority_idx', v_qtable);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._enable_priorities_for(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._enable_priorities_for(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer DEFAULT 0, backoff_factor double precision DEFAULT 1, max_retry_delay integer DEFAULT NULL::integer, dead_letter_queue text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_retry_policy.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name))) ELSE false END) THEN
+        IF set_retry_policy.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_retry_policy.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_retry_policy.queue_name)));
+    IF max_retries < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retries cannot be negative';
+    END IF;
+    IF retry_delay IS NULL OR retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'retry_delay must be a non-negative number of seconds';
+    END IF;
+    IF backoff_factor IS NULL OR backoff_factor < 1 OR backoff_factor = 'NaN'::float8 OR backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'backoff_factor must be a finite number >= 1';
+    END IF;
+    IF max_retry_delay < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'max_retry_delay cannot be negative';
+    END IF;
+    -- the dead-letter queue is checked by the table itself (_check_queue_settings)
+    INSERT INTO pgmq.queue_settings AS s
+        (queue_name, retry_policy, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    VALUES (queue_name, true, max_retries, retry_delay, backoff_factor, max_retry_delay, dead_letter_queue)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+        SET retry_policy = true, max_retries = EXCLUDED.max_retries, retry_delay = EXCLUDED.retry_delay,
+            backoff_factor = EXCLUDED.backoff_factor, max_retry_delay = EXCLUDED.max_retry_delay,
+            dead_letter_queue = EXCLUDED.dead_letter_queue, dead_letter_set_by = EXCLUDED.dead_letter_set_by;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_retry_policy(queue_name text, max_retries integer, retry_delay integer, backoff_factor double precision, max_retry_delay integer, dead_letter_queue text) IS 'Deliver a message at most 1 + max_retries times (NULL: unlimited), waiting least(retry_delay * backoff_factor^(n-1), max_retry_delay) seconds before attempt n+1; exhausted messages go to dead_letter_queue, or the archive when NULL.';
+
+CREATE OR REPLACE FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_dedup_window.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name))) ELSE false END) THEN
+        IF set_dedup_window.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_dedup_window.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_dedup_window.queue_name)));
+    IF seconds IS NULL OR seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the dedup window must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, dedup_window) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET dedup_window = EXCLUDED.dedup_window;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_dedup_window(queue_name text, seconds integer) IS 'Remember x-pgmq-dedup-id values for this many seconds (default 300).';
+
+CREATE OR REPLACE FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_message_ttl.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name))) ELSE false END) THEN
+        IF set_message_ttl.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_message_ttl.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_message_ttl.queue_name)));
+    IF seconds <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'the message ttl must be a positive number of seconds';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_ttl) VALUES (queue_name, seconds)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_ttl = EXCLUDED.message_ttl;
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_message_ttl(queue_name text, seconds integer) IS 'Messages older than this many seconds are dead-lettered (reason ttl) instead of delivered; NULL removes the default. The x-pgmq-ttl header overrides it per message.';
+
+CREATE OR REPLACE FUNCTION pgmq._flag_message_limits(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller name := pgmq._proven_caller();
+    v_name   text := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_flag_message_limits.queue_name)));
+BEGIN
+    IF v_name IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT has_table_privilege(v_caller, format('pgmq.%I', pgmq._format_table_name(queue_name, 'q')), 'INSERT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to send to queue "%s"', queue_name);
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, message_limits)
+    VALUES (v_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET message_limits = true;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._flag_message_limits(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._flag_message_limits(queue_name text) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(set_delivery_counting.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name))) ELSE false END) THEN
+        IF set_delivery_counting.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', set_delivery_counting.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(set_delivery_counting.queue_name)));
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'enabled cannot be NULL';
+    END IF;
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF enabled THEN
+        INSERT INTO pgmq.queue_settings AS s (queue_name, count_deliveries)
+        VALUES (set_delivery_counting.queue_name, true)
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET count_deliveries = true
+        WHERE NOT s.count_deliveries
+        RETURNING true INTO v_changed;
+    ELSE
+        UPDATE pgmq.queue_settings s SET count_deliveries = false
+        WHERE s.queue_name = set_delivery_counting.queue_name AND s.count_deliveries
+        RETURNING true INTO v_changed;
+    END IF;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.set_delivery_counting(queue_name text, enabled boolean) IS 'Count the queue''s deliveries and redeliveries (pgmq_queue_delivered_messages_total, pgmq_queue_redelivered_messages_total) and record its consumers (pgmq.queue_consumers): each read of the queue updates its session''s row. Returns false when it was set so already.';
+
+CREATE OR REPLACE FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_caller    name;
+    v_qtable    text := pgmq.format_table_name(queue_name, 'q');
+    v_untrusted text;
+BEGIN
+    v_caller := pgmq._proven_caller();
+    IF NOT pgmq._role_owns_queue(v_caller, queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF payload_type IS NOT NULL THEN
+        v_untrusted := pgmq._payload_type_untrusted(payload_type);
+        IF v_untrusted IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('payload type %s is not trusted: %s', payload_type, v_untrusted);
+        END IF;
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, payload_type)
+    VALUES (queue_name, _set_payload_check.payload_type)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET payload_type = EXCLUDED.payload_type;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+               WHERE k.conrelid = format('pgmq.%I', v_qtable)::regclass AND k.conname = 'pgmq_payload_type') THEN
+        EXECUTE format('ALTER TABLE pgmq.%I DROP CONSTRAINT pgmq_payload_type', v_qtable);
+    END IF;
+    IF _set_payload_check.payload_type IN ('text'::regtype, 'character varying'::regtype) THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string', false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type = 'bytea'::regtype THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND (message #>> '{}') ~ '^[A-Za-z0-9+/]*={0,2}$' AND mod(length((message #>> '{}')), 4) = 0, false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL));
+    ELSIF _set_payload_check.payload_type IS NOT NULL THEN
+        EXECUTE format($c$ALTER TABLE pgmq.%I ADD CONSTRAINT pgmq_payload_type
+                          CHECK (coalesce(headers->>'x-pgmq-payload' = %L AND jsonb_typeof(message) = 'string' AND pgmq._payload_ok(message #>> '{}', %L::regtype), false))$c$,
+                       v_qtable, format_type(_set_payload_check.payload_type, NULL), _set_payload_check.payload_type::oid);
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._set_payload_check(queue_name text, payload_type regtype) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgmq.pause(queue_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF NOT (CASE WHEN pgmq._lock_queue(pause.queue_name)
+                 THEN EXISTS (SELECT 1 FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name))) ELSE false END) THEN
+        IF pause.queue_name IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'queue name cannot be NULL';
+        END IF;
+
+        RAISE EXCEPTION USING ERRCODE = 'undefined_table',
+            MESSAGE = format('queue "%s" does not exist', pause.queue_name);
+    END IF;
+    queue_name := (SELECT m.queue_name FROM pgmq.meta m WHERE (pg_catalog.lower(m.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pause.queue_name)));
+    IF NOT pgmq._owns_queue(queue_name) THEN
+        RAISE EXCEPTION 'must be owner of queue "%"', queue_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO pgmq.queue_settings AS s (queue_name, paused)
+    VALUES (pause.queue_name, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET paused = true WHERE NOT s.paused
+    RETURNING true INTO v_changed;
+    RETURN coalesce(v_changed, false);
+END;
+$fn$;
+
+COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.14.0--2.15.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();
+-- Every insert into a queue's configuration tables takes the queue's configuration lock, whoever
+-- writes (the routines took it themselves before).
+CREATE TRIGGER queue_settings_config_lock BEFORE INSERT ON pgmq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION pgmq._lock_queue_config();
+CREATE TRIGGER callbacks_config_lock BEFORE INSERT ON pgmq.callbacks
+    FOR EACH ROW EXECUTE FUNCTION pgmq._lock_queue_config();
 
 COMMENT ON SCHEMA pgmq IS 'pgmq 2.15.0 (standalone)';

@@ -454,6 +454,7 @@ ROUTINES = policies(
     # core: helpers, ownership (templates/_macros/ownership.sql.j2), queue management
     "_extension_exists", "_belongs_to_pgmq", "format_table_name", "validate_queue_name",
     "_format_table_name", "_validate_queue_name", "acquire_queue_lock", "_queue_name_of", "_lock_queue",
+    "_lock_queue_config",
     "_is_trusted", "_role_owns_queue", "_owns_queue", "_prove_caller", "_proven_caller",
     "_queue_objects", "_queue_privilege",
     "create_non_partitioned", "create_unlogged", "create",

@@ -594,7 +594,7 @@ def test_set_local_is_kept_as_upstream_keeps_it(conn, partman, pg_cluster):
 # leave pg_partman's session-level search_path, which the outer functions put back.
 NOT_CALLED = {"notify_queue_listeners", "_notify_msg_id", "_create_partitioned", "_convert_archive_partitioned",
               "_run_partition_maintenance", "_queues_changed", "_streams_changed",
-              "_forget_dedup_keys", "_check_queue_settings", "_check_exchange",
+              "_forget_dedup_keys", "_check_queue_settings", "_check_exchange", "_lock_queue_config",
               "_guard_stream_subscription"}
 SWEEP = """
 SELECT pgmq.create('jobs')
