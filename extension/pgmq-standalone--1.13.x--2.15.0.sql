@@ -1883,6 +1883,8 @@ DECLARE
     v_counting  boolean;
     v_handed    integer := 0;
     v_redelivered integer := 0;
+    v_floor     bigint;
+    v_span      bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -1892,8 +1894,10 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries,
+           s.read_floor, s.read_span
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting,
+         v_floor, v_span
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
@@ -1913,6 +1917,38 @@ BEGIN
                 END LOOP;
             ELSE
                 RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        ELSIF v_floor IS NOT NULL THEN
+            -- a partitioned queue with a read floor: its head first, the partitions from the
+            -- floor on (read_span ids), then, only when that came back short, the whole queue
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read_from(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read_from(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+            v_left := v_left - v_taken;
+            v_handed := v_handed + v_taken;
+            EXIT consumed WHEN v_left <= 0;
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_read_from(v_left, make_interval(secs => vt), conditional, v_now, (-9223372036854775807 - 1)::bigint, 9223372036854775807::bigint, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 1 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_read_from(v_left, make_interval(secs => vt), conditional, v_now, (-9223372036854775807 - 1)::bigint, 9223372036854775807::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
         ELSE
@@ -2235,6 +2271,8 @@ DECLARE
     v_counting  boolean;
     v_handed    integer := 0;
     v_redelivered integer := 0;
+    v_floor     bigint;
+    v_span      bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -2244,8 +2282,10 @@ BEGIN
         RAISE EXCEPTION E'queue name contains invalid characters: $, ;, --, or \\''';
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
-           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries
-    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting
+           s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries,
+           s.read_floor, s.read_span
+    INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting,
+         v_floor, v_span
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
@@ -2265,6 +2305,38 @@ BEGIN
                 END LOOP;
             ELSE
                 RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+        ELSIF v_floor IS NOT NULL THEN
+            -- a partitioned queue with a read floor: its head first, the partitions from the
+            -- floor on (read_span ids), then, only when that came back short, the whole queue
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop_from(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop_from(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                GET DIAGNOSTICS v_taken = ROW_COUNT;
+            END IF;
+            v_left := v_left - v_taken;
+            v_handed := v_handed + v_taken;
+            EXIT consumed WHEN v_left <= 0;
+            IF v_counting THEN
+                v_taken := 0;
+                FOR v_out IN SELECT * FROM pgmq._static_pop_from(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, (-9223372036854775807 - 1)::bigint, 9223372036854775807::bigint, queue_name) LOOP
+                    RETURN NEXT v_out;
+                    v_taken := v_taken + 1;
+                    IF v_out.read_ct > 0 THEN
+                        v_redelivered := v_redelivered + 1;
+                    END IF;
+                END LOOP;
+            ELSE
+                RETURN QUERY SELECT * FROM pgmq._static_pop_from(v_left, NULL::interval, NULL::jsonb, NULL::timestamptz, (-9223372036854775807 - 1)::bigint, 9223372036854775807::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
         ELSE
@@ -2775,6 +2847,51 @@ BEGIN
     ORDER BY d.msg_id
     $q$, pgmq._format_table_name($5, 'q'))
     USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+
+-- _static_read_from: the read_from statement of each known queue.
+CREATE FUNCTION pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, 'q'))
+    USING $1, $2, $3, $4, $5, $6;
 
 END;
 $fn$;
@@ -3454,6 +3571,50 @@ BEGIN
     ORDER BY d.msg_id
     $q$, pgmq._format_table_name($5, 'q'))
     USING $1, $2, $3, $4;
+
+END;
+$fn$;
+
+
+-- _static_pop_from: the pop_from statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, 'q'))
+    USING $1, $2, $3, $4, $5, $6;
 
 END;
 $fn$;
@@ -4331,8 +4492,8 @@ BEGIN
     -- every path: an upgrade replaces only the paths whose text changed, with empty ones
     IF (SELECT count(DISTINCT f.proname) FROM pg_catalog.pg_proc f
         WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
-          AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
-          AND strpos(f.prosrc, v_sig) > 0) = 31 THEN
+          AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+          AND strpos(f.prosrc, v_sig) > 0) = 33 THEN
         RETURN;
     END IF;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -4561,6 +4722,76 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND msg_id BETWEEN $5 AND $6
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$7')),
         '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -5699,6 +5930,74 @@ RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
                   FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
             '$5')),
+        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+    EXECUTE v_sql;
+    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+        '/*@tree@*/', pgmq._static_path_tree(v_names,
+            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND msg_id BETWEEN $5 AND $6
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
+            '$7')),
         '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
     EXECUTE v_sql;
     -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -7120,7 +7419,11 @@ CREATE TABLE pgmq.queue_settings (
     paused            BOOLEAN NOT NULL DEFAULT false,
     priorities        BOOLEAN NOT NULL DEFAULT false,
     dead_letter_set_by NAME,
-    count_deliveries  BOOLEAN NOT NULL DEFAULT false
+    count_deliveries  BOOLEAN NOT NULL DEFAULT false,
+    read_floor BIGINT,
+    read_span BIGINT CHECK (read_span > 0),
+    floor_candidate BIGINT,
+    floor_candidate_at TIMESTAMP WITH TIME ZONE
 );
 CREATE UNIQUE INDEX queue_settings_queue_name_lower_key ON pgmq.queue_settings (lower(queue_name));
 CREATE TRIGGER queue_settings_config_lock BEFORE INSERT ON pgmq.queue_settings
@@ -7450,8 +7753,8 @@ $fn$;
 -- _check_queue_settings: a trigger, running as whoever writes a settings row (our routines or a
 -- queue's owner writing it directly): a dead-letter queue set (or set again: set_retry_policy)
 -- must pass _check_dead_letter_queue and is recorded with the role that set it
--- (dead_letter_set_by, nobody else's to write), and the payload type is written only by
--- set_payload_type (through _set_payload_check).
+-- (dead_letter_set_by, nobody else's to write), the payload type is written only by
+-- set_payload_type (through _set_payload_check) and the read floor only by _advance_read_floor.
 CREATE FUNCTION pgmq._check_queue_settings()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -7480,6 +7783,15 @@ BEGIN
        AND NOT pgmq._is_trusted(current_user) THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('the payload type of queue "%s" is set by set_payload_type only', NEW.queue_name);
+    END IF;
+    -- a floor set too high would hide messages from the first look of every read
+    IF (CASE WHEN TG_OP = 'INSERT'
+             THEN num_nonnulls(NEW.read_floor, NEW.read_span, NEW.floor_candidate, NEW.floor_candidate_at) > 0
+             ELSE (NEW.read_floor, NEW.read_span, NEW.floor_candidate, NEW.floor_candidate_at)
+                  IS DISTINCT FROM (OLD.read_floor, OLD.read_span, OLD.floor_candidate, OLD.floor_candidate_at) END)
+       AND NOT pgmq._is_trusted(current_user) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the read floor of queue "%s" is kept by run_partition_maintenance only', NEW.queue_name);
     END IF;
     RETURN NEW;
 END;
@@ -9136,9 +9448,109 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
                 MESSAGE = format('queue "%s" is not partitioned', v_queue);
         END IF;
+        IF v_found THEN
+            PERFORM pgmq._advance_read_floor(v_queue);
+        END IF;
     END LOOP;
 END;
 $fn$;
+
+-- features/partitioned/functions/read_floor.sql.j2
+-- _advance_read_floor: confirms the queue's proposed read floor when it can, proposes the next
+-- one (both above). Called by run_partition_maintenance for each queue it maintains; a no-op for
+-- queues not partitioned by msg_id. SECURITY DEFINER: the floor is written by nobody else (the
+-- settings trigger refuses other writers) and reads every backend's transaction start; what it
+-- writes depends on the queue's rows and sequence alone, so anyone may ask.
+CREATE FUNCTION pgmq._advance_read_floor(queue_name text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_name     text;
+    v_table    text;
+    v_rel      regclass;
+    v_seq      regclass;
+    v_partman  text;
+    v_interval numeric;
+    v_set      record;
+    v_floor    bigint;
+    v_low      bigint;
+    v_last     bigint;
+    v_at       timestamptz;
+BEGIN
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN;  -- no such queue (dropped meanwhile, say): nothing to advance
+    END IF;
+    v_name := pgmq._queue_name_of(queue_name);
+    v_table := pgmq._format_table_name(v_name, 'q');
+    v_rel := format('pgmq.%I', v_table)::regclass;
+    -- range-partitioned on msg_id alone
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partitioned_table p
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = p.partrelid AND a.attname = 'msg_id'
+                   WHERE p.partrelid = v_rel AND p.partstrat = 'r' AND p.partnatts = 1
+                     AND p.partattrs[0] = a.attnum) THEN
+        RETURN;
+    END IF;
+    v_partman := pgmq._get_pg_partman_schema();
+    IF v_partman IS NOT NULL THEN
+        EXECUTE format($q$SELECT CASE WHEN partition_interval ~ '^[0-9]{1,18}$' THEN partition_interval::numeric END
+                          FROM %I.part_config WHERE parent_table = $1$q$, v_partman)
+        INTO v_interval
+        USING 'pgmq.' || v_table;
+    END IF;
+    v_seq := pg_catalog.pg_get_serial_sequence(v_rel::text, 'msg_id')::regclass;
+    SELECT s.read_floor, s.floor_candidate, s.floor_candidate_at INTO v_set
+    FROM pgmq.queue_settings s WHERE s.queue_name = v_name;
+    IF v_interval IS NULL OR v_interval < 1 OR v_seq IS NULL
+       OR (SELECT q.seqcache FROM pg_catalog.pg_sequence q WHERE q.seqrelid = v_seq) <> 1 THEN
+        -- no interval to read by, or ids that may arrive out of order: no floor
+        UPDATE pgmq.queue_settings s
+        SET read_floor = NULL, read_span = NULL, floor_candidate = NULL, floor_candidate_at = NULL
+        WHERE s.queue_name = v_name AND (s.read_floor IS NOT NULL OR s.floor_candidate IS NOT NULL);
+        RETURN;
+    END IF;
+    v_floor := v_set.read_floor;
+    -- a message below the floor (the sequence set back): the floor comes down to it at once
+    IF v_floor IS NOT NULL THEN
+        EXECUTE format('SELECT min(msg_id) FROM pgmq.%I WHERE msg_id < $1', v_table)
+        INTO v_low
+        USING v_floor;
+        v_floor := least(v_floor, v_low);
+    END IF;
+    -- the candidate, once nobody who may hold an id below it is left
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
+    IF v_set.floor_candidate IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                       WHERE a.pid <> pg_catalog.pg_backend_pid()
+                         AND a.datname = pg_catalog.current_database()
+                         AND a.backend_type NOT IN ('autovacuum worker', 'walsender')
+                         -- a backend whose transaction we cannot see counts as an old one
+                         AND (a.xact_start <= v_set.floor_candidate_at
+                              OR (a.xact_start IS NULL AND a.state IS NULL)))
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts x
+                       WHERE x.database = pg_catalog.current_database()) THEN
+        EXECUTE format('SELECT min(msg_id) FROM pgmq.%I WHERE msg_id < $1', v_table)
+        INTO v_low
+        USING v_set.floor_candidate;
+        v_floor := least(v_set.floor_candidate, v_low);
+    END IF;
+    -- the next candidate: the id after the last one drawn, noted when after it was read (a
+    -- transaction that drew an id below it started before then)
+    v_last := pg_catalog.pg_sequence_last_value(v_seq);
+    v_at := clock_timestamp();
+    INSERT INTO pgmq.queue_settings AS s (queue_name, read_floor, read_span, floor_candidate, floor_candidate_at)
+    VALUES (v_name, v_floor, least(v_interval, 9223372036854775807)::bigint,
+            CASE WHEN v_last IS NULL THEN NULL ELSE least(v_last::numeric + 1, 9223372036854775807)::bigint END, v_at)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+        SET read_floor = EXCLUDED.read_floor, read_span = EXCLUDED.read_span,
+            floor_candidate = EXCLUDED.floor_candidate, floor_candidate_at = EXCLUDED.floor_candidate_at;
+END;
+$fn$;
+REVOKE ALL ON FUNCTION pgmq._advance_read_floor(queue_name text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmq._advance_read_floor(queue_name text) TO PUBLIC;
 
 -- ---------------------------------------------------------------- feature: fifo
 

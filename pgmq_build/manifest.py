@@ -358,8 +358,8 @@ CORE = Feature(
 
 PARTITIONED = Feature(
     name="partitioned",
-    uses=("core",),
-    templates=("functions/partman.sql.j2", "functions/create_partitioned.sql.j2"),
+    uses=("core", "delivery"),
+    templates=("functions/partman.sql.j2", "functions/create_partitioned.sql.j2", "functions/read_floor.sql.j2"),
 )
 
 FIFO = Feature(
@@ -478,8 +478,8 @@ ROUTINES = policies(
     "read", "read_unordered", "read_with_poll", "pop", "delete", "archive", "set_vt",
     "ack_ranges",  # delivery: a batch consumer's set-based ack (features/delivery/functions/batch_ack)
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
-    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_unordered", "_static_read_ranked", "_static_read_judged",
-    "_static_read_judged_ranked", "_static_pop", "_static_pop_ranked", "_static_pop_judged",
+    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_from", "_static_read_unordered", "_static_read_ranked", "_static_read_judged",
+    "_static_read_judged_ranked", "_static_pop", "_static_pop_from", "_static_pop_ranked", "_static_pop_judged",
     "_static_pop_judged_ranked", "_static_read_ttl", "_static_read_ttl_ranked", "_static_pop_ttl",
     "_static_pop_ttl_ranked", "_static_read_ttl_clean", "_static_read_ttl_clean_ranked", "_static_pop_ttl_clean",
     "_static_pop_ttl_clean_ranked", "_static_read_clean", "_static_read_clean_ranked", "_static_pop_clean",
@@ -519,6 +519,10 @@ ROUTINES = policies(
     Policy("_convert_archive_partitioned", upstream_path=True),
     Policy("run_partition_maintenance", unpinned_reason=KEEPS_SEARCH_PATH),
     "_run_partition_maintenance",
+    Policy("_advance_read_floor",
+           definer_reason="the read floor steers every read of a partitioned queue, so nobody else may write "
+           "it (the settings trigger refuses); it reads every backend's transaction start, and what it writes "
+           "depends on the queue's rows and sequence alone"),
     # fifo
     "_create_fifo_index_if_not_exists",
     Policy("_build_fifo_index",

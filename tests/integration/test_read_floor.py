@@ -1,0 +1,152 @@
+"""The read floor of a queue partitioned by msg_id (features/partitioned/functions/read_floor.sql.j2):
+maintenance proposes the sequence's next id and confirms it once every transaction running then
+has ended; read and pop look at the partitions from the floor first, then at the whole queue when
+that came back short. Nothing a floor does may change which messages a read can get: a message
+committed late below the proposed floor is read first, one below the floor (a sequence set back)
+is read all the same, and only the extension's own routine writes it."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from tests.helpers import column, raises_sql, run_threads, scalar, send_n
+
+
+def floor_of(conn, queue):
+    row = conn.execute("SELECT read_floor, read_span, floor_candidate FROM pgmq.queue_settings WHERE queue_name = %s",
+                       (queue,)).fetchone()
+    return row if row is not None else (None, None, None)
+
+
+def maintain(conn, queue, times=1):
+    for _ in range(times):
+        conn.execute("SELECT pgmq.run_partition_maintenance(%s)", (queue,))
+
+
+@pytest.fixture
+def pq(conn, partman):
+    conn.execute("SELECT pgmq.create_partitioned('pq', '10', '100000')")
+    return "pq"
+
+
+def test_maintenance_proposes_then_confirms_the_floor_and_reads_use_it(conn, pq):
+    send_n(conn, pq, 55)
+    maintain(conn, pq)
+    assert floor_of(conn, pq) == (None, 10, 56)  # proposed, not yet confirmed
+    maintain(conn, pq)
+    assert floor_of(conn, pq) == (1, 10, 56)
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 30)::bigint))", (pq,))
+    maintain(conn, pq)
+    assert floor_of(conn, pq)[0] == 31  # the lowest message below the confirmed candidate
+    # a read across the head's partitions and beyond, with a lease of 0 seconds that leaves what
+    # the first look took visible to the second: in msg_id order, each message once
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 0, 15)", (pq,)) == list(range(31, 46))
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 12)", (pq,)) == list(range(31, 43))
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s, 3)", (pq,)) == [43, 44, 45]
+    # the head's partitions leased or emptied: the whole queue's turn
+    conn.execute("SELECT pgmq.send(%s, '{}')", (pq,))
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s, 20)", (pq,)) == list(range(46, 57))
+
+
+def test_a_message_committed_late_keeps_the_floor_below_it(conn, connect, pq):
+    send_n(conn, pq, 5)
+    maintain(conn, pq, times=2)  # floor 1, next one proposed: 6
+    conn.execute("SELECT * FROM pgmq.pop(%s, 5)", (pq,))
+    late = connect(autocommit=False)
+    late_id = scalar(late, "SELECT pgmq.send(%s, '{\"late\": true}')", (pq,))  # drawn, not committed
+    send_n(conn, pq, 20)
+    # 6 was proposed before late's transaction began: confirmed; the next one (27) is proposed
+    # while it is open
+    maintain(conn, pq)
+    assert floor_of(conn, pq)[:1] == (late_id,) == (6,)
+    conn.execute("SELECT * FROM pgmq.pop(%s, 20)", (pq,))
+    maintain(conn, pq, times=2)  # late's transaction is still open: 27 is not confirmed
+    assert floor_of(conn, pq)[0] == late_id
+    send_n(conn, pq, 5)
+    late.commit()
+    # the late message is the queue's lowest: read first, by the floor's first look
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 1)", (pq,)) == [late_id]
+    maintain(conn, pq, times=2)  # nothing holds the floor back now; the late message is still there
+    assert floor_of(conn, pq)[0] == late_id
+
+
+def test_a_message_below_the_floor_is_read_and_brings_it_down(conn, pq):
+    send_n(conn, pq, 30)
+    maintain(conn, pq, times=2)
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 30)::bigint))", (pq,))
+    send_n(conn, pq, 1)
+    maintain(conn, pq, times=2)
+    assert floor_of(conn, pq)[0] == 31
+    # the sequence set back by hand: a new message lands below the floor
+    seq = scalar(conn, "SELECT pg_get_serial_sequence('pgmq.q_pq', 'msg_id')")
+    conn.execute(f"SELECT setval('{seq}', 4)")
+    low = scalar(conn, "SELECT pgmq.send(%s, '{}')", (pq,))
+    assert low == 5
+    assert sorted(column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 5)", (pq,))) == [5, 31]
+    maintain(conn, pq)
+    assert floor_of(conn, pq)[0] == 5
+
+
+def test_no_floor_without_a_msg_id_interval_or_with_a_cached_sequence(conn, partman):
+    conn.execute("SELECT pgmq.create_partitioned('tq', '1 day', '7 days')")
+    send_n(conn, "tq", 3)
+    maintain(conn, "tq", times=2)
+    assert floor_of(conn, "tq") == (None, None, None)
+    conn.execute("SELECT pgmq.create_partitioned('cq', '10', '100000')")
+    send_n(conn, "cq", 3)
+    maintain(conn, "cq", times=2)
+    assert floor_of(conn, "cq")[0] == 1
+    seq = scalar(conn, "SELECT pg_get_serial_sequence('pgmq.q_cq', 'msg_id')")
+    conn.execute(f"ALTER SEQUENCE {seq} CACHE 20")
+    maintain(conn, "cq")
+    assert floor_of(conn, "cq") == (None, None, None)
+    assert column(conn, "SELECT msg_id FROM pgmq.pop('cq', 5)") == [1, 2, 3]
+    # plain queues: maintenance refuses them, the routine does nothing
+    conn.execute("SELECT pgmq.create('plainq')")
+    conn.execute("SELECT pgmq._advance_read_floor('plainq')")
+    conn.execute("SELECT pgmq._advance_read_floor('no_such_queue')")
+    assert floor_of(conn, "plainq") == (None, None, None)
+
+
+def test_only_the_extension_writes_a_floor(conn, make_role):
+    tenant = make_role("tenant")
+    conn.execute(f"SET ROLE {tenant}")
+    try:
+        conn.execute("SELECT pgmq.create('mine')")
+        conn.execute("SELECT pgmq.set_dedup_window('mine', 60)")  # its settings row
+        with raises_sql("42501", 'the read floor of queue "mine" is kept by run_partition_maintenance only'):
+            conn.execute("UPDATE pgmq.queue_settings SET read_floor = 1000 WHERE queue_name = 'mine'")
+        conn.execute("DELETE FROM pgmq.queue_settings WHERE queue_name = 'mine'")
+        with raises_sql("42501"):
+            conn.execute("INSERT INTO pgmq.queue_settings (queue_name, read_floor, read_span) VALUES ('mine', 1000, 10)")
+    finally:
+        conn.execute("RESET ROLE")
+    assert floor_of(conn, "mine") == (None, None, None)
+
+
+def test_competing_consumers_with_a_floor_get_each_message_once(conn, connect, pq):
+    total = 400
+    send_n(conn, pq, total)
+    maintain(conn, pq, times=2)
+    assert floor_of(conn, pq)[0] == 1
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def consume(c: psycopg.Connection, how: str) -> None:
+        while True:
+            if how == "pop":
+                ids = column(c, "SELECT msg_id FROM pgmq.pop(%s, 7)", (pq,))
+            else:
+                ids = column(c, "SELECT msg_id FROM pgmq.read(%s, 60, 7)", (pq,))
+                c.execute("SELECT pgmq.delete(%s, %s::bigint[])", (pq, ids))
+            if not ids:
+                return
+            with lock:
+                got.extend(ids)
+
+    run_threads(threading.Thread(target=consume, args=(connect(), how))
+                for how in ("pop", "read", "pop", "read"))
+    assert sorted(got) == list(range(1, total + 1))
