@@ -2,11 +2,12 @@
 ``python3 -m bench big`` (`make bench-big`).
 
     python3 -m bench big [--sizes 1000000,10000000] [--ops 2000] [--no-partitioned | --no-plain]
-        [--partition-interval 1000000] [--dsn DSN] [--json PATH]
+        [--partition-interval 1000000] [--no-read-floor] [--dsn DSN] [--json PATH]
 
 For each size, a plain queue (pgmq.create) and, when pg_partman is installed, a partitioned one
 (pgmq.create_partitioned by msg_id, --partition-interval ids a partition, maintenance run between
-the fill's chunks so that every row lands in its partition) are filled straight into their
+the fill's chunks so that every row lands in its partition, and once after, which confirms its
+read floor) are filled straight into their
 tables (INSERT ... generate_series, chunks of CHUNK rows), then VACUUM ANALYZE, as autovacuum
 would leave them. Then, on one connection: --ops sends, --ops read + delete pairs, --ops pops,
 each timed by the client (µs per operation, wall: round trip included) and by the server (the
@@ -38,7 +39,7 @@ REPEAT = 5
 
 @dataclass
 class Row:
-    kind: str  # "plain" or "partitioned"
+    kind: str  # "plain", "partitioned" or "partitioned, no read floor"
     size: int  # messages queued when measured
     send_us: float  # client wall µs per call
     read_delete_us: float
@@ -51,6 +52,7 @@ class Row:
     table_mb: float  # the queue table with its indexes (and partitions)
     fill_s: float
     partitions: int = 0  # the partitioned queue's partitions when measured (0: plain)
+    read_floor: int | None = None  # the partitioned queue's read floor when measured (None: none)
 
 
 def fill(conn: psycopg.Connection, queue: str, size: int, partitioned: bool) -> None:
@@ -62,6 +64,8 @@ def fill(conn: psycopg.Connection, queue: str, size: int, partitioned: bool) -> 
         if partitioned:  # the partitions ahead of the next chunk
             conn.execute("SELECT pgmq.run_partition_maintenance(%s)", (queue,))
         log(f"  {queue}: {start + n:,} / {size:,}")
+    if partitioned:  # once more, as a scheduler would: it confirms the read floor proposed last
+        conn.execute("SELECT pgmq.run_partition_maintenance(%s)", (queue,))
     conn.execute(f"VACUUM ANALYZE {table}")
 
 
@@ -89,7 +93,8 @@ def server_ms(conn: psycopg.Connection, call: str) -> float:
     return round(statistics.median(times), 2)
 
 
-def measure(dsn: str, size: int, partitioned: bool, ops: int, interval: int = PARTITION_INTERVAL) -> Row:
+def measure(dsn: str, size: int, partitioned: bool, ops: int, interval: int = PARTITION_INTERVAL,
+            read_floor: bool = True) -> Row:
     queue = "bench_bigp" if partitioned else "bench_big"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pgmq.drop_queue(%s) FROM pgmq.meta WHERE queue_name = %s", (queue, queue))
@@ -101,6 +106,11 @@ def measure(dsn: str, size: int, partitioned: bool, ops: int, interval: int = PA
         t0 = time.monotonic()
         fill(conn, queue, size, partitioned)
         fill_s = round(time.monotonic() - t0, 1)
+        if partitioned and not read_floor:  # what the read floor buys: reads as without one
+            conn.execute("UPDATE pgmq.queue_settings SET read_floor = NULL, floor_candidate = NULL "
+                         "WHERE queue_name = %s", (queue,))
+        floor = conn.execute("SELECT read_floor FROM pgmq.queue_settings WHERE queue_name = %s",
+                             (queue,)).fetchone()
 
         def send(c: psycopg.Connection) -> None:
             c.execute("SELECT pgmq.send(%s, %s::jsonb)", (queue, MESSAGE)).fetchall()
@@ -118,8 +128,9 @@ def measure(dsn: str, size: int, partitioned: bool, ops: int, interval: int = PA
         m = server_ms(conn, f"pgmq.metrics({q})")
         parts, mb = partitions_and_mb(conn, f"pgmq.q_{queue}")
         conn.execute("SELECT pgmq.drop_queue(%s)", (queue,))
-    return Row("partitioned" if partitioned else "plain", size, *[c[0] for c in costs],
-               *[c[1] for c in costs], qm, m, mb, fill_s, parts if partitioned else 0)
+    kind = "plain" if not partitioned else "partitioned" if read_floor else "partitioned, no read floor"
+    return Row(kind, size, *[c[0] for c in costs],
+               *[c[1] for c in costs], qm, m, mb, fill_s, parts if partitioned else 0, floor and floor[0])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -133,6 +144,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     kinds.add_argument("--no-plain", action="store_true", help="partitioned queues only (needs pg_partman)")
     p.add_argument("--partition-interval", type=int, default=PARTITION_INTERVAL,
                    help=f"msg_ids a partition of the partitioned queue (default {PARTITION_INTERVAL:,})")
+    p.add_argument("--no-read-floor", action="store_true",
+                   help="measure the partitioned queue with its read floor cleared (reads look at every partition)")
     p.add_argument("--dsn", help="use this server (database pgmq_bench is made again)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
@@ -169,7 +182,8 @@ def run(args: argparse.Namespace, dsn: str, where: str) -> int:
             log("pg_partman is not installed: plain queues only")
         for size in args.sizes:
             for partitioned in kinds:
-                rows.append(measure(ours, size, partitioned, args.ops, args.partition_interval))
+                rows.append(measure(ours, size, partitioned, args.ops, args.partition_interval,
+                                    read_floor=not args.no_read_floor))
                 log(f"{rows[-1]}")
     finally:
         drop_bench_databases(dsn)
@@ -180,7 +194,7 @@ def run(args: argparse.Namespace, dsn: str, where: str) -> int:
           "table + indexes MB | fill s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        kind = f"partitioned ({r.partitions} partitions)" if r.partitions else r.kind
+        kind = f"{r.kind} ({r.partitions} partitions)" if r.partitions else r.kind
         print(f"| {kind} | {r.size:,} | {r.send_us:,.0f} / {_cpu(r.send_cpu_us)} | "
               f"{r.read_delete_us:,.0f} / {_cpu(r.read_delete_cpu_us)} | {r.pop_us:,.0f} / "
               f"{_cpu(r.pop_cpu_us)} | {r.queue_metrics_ms:,.2f} | {r.metrics_ms:,.1f} | "

@@ -1687,6 +1687,7 @@ DECLARE
     v_redelivered integer := 0;
     v_floor     bigint;
     v_span      bigint;
+    v_next      bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -1697,9 +1698,9 @@ BEGIN
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries,
-           s.read_floor, s.read_span
+           s.read_floor, s.read_span, s.floor_candidate
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting,
-         v_floor, v_span
+         v_floor, v_span, v_next
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(read.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
@@ -1721,9 +1722,11 @@ BEGIN
                 RETURN QUERY SELECT * FROM pgmq._static_read_ranked(qty, make_interval(secs => vt), conditional, v_now, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
-        ELSIF v_floor IS NOT NULL THEN
+        ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
             -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids), then, only when that came back short, the whole queue
+            -- floor on (read_span ids), then, only when that came back short, the whole queue.
+            -- Only while its last maintenance saw more than read_span ids queued: a queue its
+            -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
                 FOR v_out IN SELECT * FROM pgmq._static_read_from(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
@@ -2075,6 +2078,7 @@ DECLARE
     v_redelivered integer := 0;
     v_floor     bigint;
     v_span      bigint;
+    v_next      bigint;
 BEGIN
     -- the name first, as upstream checks it
     IF queue_name IS NULL THEN
@@ -2085,9 +2089,9 @@ BEGIN
     END IF;
     SELECT s.retry_policy, CASE WHEN s.retry_policy THEN s.max_retries END, s.message_ttl, s.message_limits,
            s.retry_delay, s.backoff_factor, s.max_retry_delay, s.paused, s.priorities, s.count_deliveries,
-           s.read_floor, s.read_span
+           s.read_floor, s.read_span, s.floor_candidate
     INTO v_policy, v_max, v_ttl, v_limits, v_delay, v_backoff, v_max_delay, v_paused, v_ranked, v_counting,
-         v_floor, v_span
+         v_floor, v_span, v_next
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(pop.queue_name));
     IF v_paused THEN
         RETURN;  -- paused (features/ops): consumers get nothing
@@ -2109,9 +2113,11 @@ BEGIN
                 RETURN QUERY SELECT * FROM pgmq._static_pop_ranked(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
-        ELSIF v_floor IS NOT NULL THEN
+        ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
             -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids), then, only when that came back short, the whole queue
+            -- floor on (read_span ids), then, only when that came back short, the whole queue.
+            -- Only while its last maintenance saw more than read_span ids queued: a queue its
+            -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
                 FOR v_out IN SELECT * FROM pgmq._static_pop_from(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
@@ -9121,7 +9127,7 @@ BEGIN
     END IF;
 END;
 $fn$;
-COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
+COMMENT ON FUNCTION pgmq.run_partition_maintenance(queue_name text) IS 'Run pg_partman maintenance for the q_ and a_ tables of one queue, or of every partitioned queue when queue_name is NULL: premake partitions ahead and drop partitions past retention. Rows that overflowed into a default partition are first moved into proper partitions (pg_partman''s own maintenance fails on them). For a queue partitioned by msg_id it also moves the queue''s read floor, which lets read and pop look at the head''s partitions first (docs: Partitioned queues). Maintenance runs by any of: pg_partman''s background worker (shared_preload_libraries = ''pg_partman_bgw''; it calls <partman>.run_maintenance() for every table with automatic_maintenance = ''on'', which create_partitioned sets, but it does not move overflowed rows), a scheduled call of this function (pg_cron: SELECT cron.schedule(''pgmq-partitions'', ''*/5 * * * *'', ''SELECT pgmq.run_partition_maintenance()'')), or any external scheduler calling it.';
 
 -- _run_partition_maintenance: the work of run_partition_maintenance.
 CREATE FUNCTION pgmq._run_partition_maintenance(queue_name text)
@@ -9255,6 +9261,7 @@ BEGIN
                 MESSAGE = format('queue "%s" is not partitioned', v_queue);
         END IF;
         IF v_found THEN
+            PERFORM pgmq._prove_caller();
             PERFORM pgmq._advance_read_floor(v_queue);
         END IF;
     END LOOP;
@@ -9265,8 +9272,10 @@ $fn$;
 -- _advance_read_floor: confirms the queue's proposed read floor when it can, proposes the next
 -- one (both above). Called by run_partition_maintenance for each queue it maintains; a no-op for
 -- queues not partitioned by msg_id. SECURITY DEFINER: the floor is written by nobody else (the
--- settings trigger refuses other writers) and reads every backend's transaction start; what it
--- writes depends on the queue's rows and sequence alone, so anyone may ask.
+-- settings trigger refuses other writers) and reads every backend's transaction start. What it
+-- writes depends on the queue's rows and sequence alone, but it locks the queue's table and
+-- settings row until the caller's transaction ends: only for a proven caller that owns the
+-- queue or is trusted (who may maintain it anyway).
 CREATE FUNCTION pgmq._advance_read_floor(queue_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -9275,6 +9284,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    v_caller   name := pgmq._proven_caller();
     v_name     text;
     v_table    text;
     v_rel      regclass;
@@ -9287,6 +9297,10 @@ DECLARE
     v_last     bigint;
     v_at       timestamptz;
 BEGIN
+    IF NOT (pgmq._is_trusted(v_caller) OR pgmq._role_owns_queue(v_caller, queue_name)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied to maintain queue "%s"', queue_name);
+    END IF;
     IF NOT pgmq._lock_queue(queue_name) THEN
         RETURN;  -- no such queue (dropped meanwhile, say): nothing to advance
     END IF;

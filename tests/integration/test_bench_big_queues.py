@@ -44,6 +44,18 @@ def test_big_queue_bench_measures_the_partitioned_queue_alone(dsn, tmp_path, cap
         assert rows[0]["partitions"] >= 4
         printed = capsys.readouterr().out
         assert "| plain |" not in printed and f"| partitioned ({rows[0]['partitions']} partitions) | 3,000 |" in printed
+        # maintenance between the fill's chunks confirmed a read floor: the head
+        assert rows[0]["read_floor"] == 1
+
+
+def test_big_queue_bench_measures_without_the_read_floor(dsn, tmp_path, capsys, partman):
+    out = tmp_path / "big.json"
+    args = big_queues.parse_args(["--sizes", "3000", "--ops", "20", "--no-plain", "--partition-interval", "1000",
+                                  "--no-read-floor", "--json", str(out)])
+    assert big_queues.run(args, dsn, "the test server") == 0
+    rows = json.loads(out.read_text())
+    assert [(r["kind"], r["read_floor"]) for r in rows] == [("partitioned, no read floor", None)]
+    assert "| partitioned, no read floor (" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [["--sizes", "10"], ["--sizes", "x"], ["--ops", "0"],

@@ -77,7 +77,7 @@ def test_a_message_below_the_floor_is_read_and_brings_it_down(conn, pq):
     send_n(conn, pq, 30)
     maintain(conn, pq, times=2)
     conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 30)::bigint))", (pq,))
-    send_n(conn, pq, 1)
+    send_n(conn, pq, 30)
     maintain(conn, pq, times=2)
     assert floor_of(conn, pq)[0] == 31
     # the sequence set back by hand: a new message lands below the floor
@@ -85,9 +85,37 @@ def test_a_message_below_the_floor_is_read_and_brings_it_down(conn, pq):
     conn.execute(f"SELECT setval('{seq}', 4)")
     low = scalar(conn, "SELECT pgmq.send(%s, '{}')", (pq,))
     assert low == 5
-    assert sorted(column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 5)", (pq,))) == [5, 31]
+    # the head's first look fills 10 of 40; the whole queue's turn meets it
+    assert sorted(column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 40)", (pq,))) == [5, *range(31, 61)]
     maintain(conn, pq)
     assert floor_of(conn, pq)[0] == 5
+
+
+def paths_run(conn, sql, params):
+    """(rows of sql, {static path: calls}) from one transaction (function statistics on)."""
+    counts = ("SELECT funcname, calls FROM pg_stat_xact_user_functions "
+              "WHERE funcname LIKE '\\_static\\_%'")  # this backend's, not yet flushed
+    with conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'all'")
+        before = dict(conn.execute(counts).fetchall())
+        rows = column(conn, sql, params)
+        after = dict(conn.execute(counts).fetchall())
+    return rows, {f: n - before.get(f, 0) for f, n in after.items() if n != before.get(f, 0)}
+
+
+def test_a_queue_kept_empty_reads_without_its_floor(conn, pq):
+    """An empty poll would pay the first look for nothing: a queue whose last maintenance saw no
+    more than read_span ids queued is read whole, as without a floor; a longer one is not."""
+    send_n(conn, pq, 30)
+    conn.execute("SELECT * FROM pgmq.pop(%s, 25)", (pq,))
+    maintain(conn, pq, times=2)
+    assert floor_of(conn, pq) == (26, 10, 31)
+    rows, calls = paths_run(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 10)", (pq,))
+    assert rows == list(range(26, 31)) and calls == {"_static_read": 1}
+    send_n(conn, pq, 30)
+    maintain(conn, pq)
+    rows, calls = paths_run(conn, "SELECT msg_id FROM pgmq.pop(%s, 3)", (pq,))
+    assert rows == [31, 32, 33] and calls == {"_static_pop_from": 1}
 
 
 def test_no_floor_without_a_msg_id_interval_or_with_a_cached_sequence(conn, partman):
@@ -106,15 +134,20 @@ def test_no_floor_without_a_msg_id_interval_or_with_a_cached_sequence(conn, part
     assert column(conn, "SELECT msg_id FROM pgmq.pop('cq', 5)") == [1, 2, 3]
     # plain queues: maintenance refuses them, the routine does nothing
     conn.execute("SELECT pgmq.create('plainq')")
-    conn.execute("SELECT pgmq._advance_read_floor('plainq')")
-    conn.execute("SELECT pgmq._advance_read_floor('no_such_queue')")
+    conn.execute("SELECT pgmq._prove_caller(), pgmq._advance_read_floor('plainq')")
+    conn.execute("SELECT pgmq._prove_caller(), pgmq._advance_read_floor('no_such_queue')")
     assert floor_of(conn, "plainq") == (None, None, None)
 
 
-def test_only_the_extension_writes_a_floor(conn, make_role):
+def test_only_the_extension_writes_a_floor(conn, make_role, pq):
     tenant = make_role("tenant")
     conn.execute(f"SET ROLE {tenant}")
     try:
+        # the routine that keeps it acts only for callers of the API that may maintain the queue
+        with raises_sql("42501", "this routine acts only for callers of pgmq's API"):
+            conn.execute("SELECT pgmq._advance_read_floor('pq')")
+        with raises_sql("42501", 'permission denied to maintain queue "pq"'):
+            conn.execute("SELECT pgmq._prove_caller(), pgmq._advance_read_floor('pq')")
         conn.execute("SELECT pgmq.create('mine')")
         conn.execute("SELECT pgmq.set_dedup_window('mine', 60)")  # its settings row
         with raises_sql("42501", 'the read floor of queue "mine" is kept by run_partition_maintenance only'):
