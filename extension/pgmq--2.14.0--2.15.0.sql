@@ -28,10 +28,15 @@ ALTER TABLE pgmq.queue_settings
 -- replace: pgmq._run_partition_maintenance(text)
 -- replace: pgmq._set_payload_check(text, regtype)
 -- replace: pgmq.pause(text)
+-- gone: pgmq._count_messages(text, timestamp with time zone)
+-- replace: pgmq._queue_metrics_of(text)
 -- new: pgmq._lock_queue_config()
 -- new: pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
 -- new: pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
 -- new: pgmq._advance_read_floor(text)
+-- new: pgmq._count_messages(text, timestamp with time zone, bigint, bigint, bigint)
+
+DROP FUNCTION pgmq._count_messages(text, timestamp with time zone);
 
 CREATE FUNCTION pgmq._lock_queue_config()
 RETURNS trigger
@@ -4194,6 +4199,209 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgmq.pause(queue_name text) IS 'Stop handing out the queue''s messages: every read, pop, grouped read, dispatch and claim returns nothing until resume(); sending goes on. Returns false when it was paused already.';
+
+CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, head_from bigint DEFAULT NULL::bigint, head_span bigint DEFAULT NULL::bigint, tail_from bigint DEFAULT NULL::bigint, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel    regclass := format('pgmq.%I', table_name)::regclass;
+    v_pages  double precision := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+ FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+       UNION ALL
+       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    v_hidden bigint;
+    v_span   bigint;
+    v_sample record;
+    v_head   bigint;
+    v_head_at timestamptz;
+    v_tail   bigint;
+    v_tail_at timestamptz;
+BEGIN
+    -- The head and the tail by msg_id: their ages, and the span of msg_ids between them, which
+    -- bounds an estimate (the statistics can run ahead of the table: a backend's counts flushed
+    -- after a VACUUM that already counted its rows). Epochs, not timestamps, are subtracted: an
+    -- infinite enqueued_at (a row written around send) gives an infinite age rather than an
+    -- error; the span saturates (msg_ids written around send may span more than a bigint). No
+    -- row (NULLs) when the queue is empty.
+    IF head_from IS NULL OR head_span IS NULL THEN
+        -- both in one statement: on a partitioned queue each statement plans and opens every
+        -- partition
+        EXECUTE format(
+            $q$SELECT h.msg_id, h.enqueued_at, t.msg_id, t.enqueued_at
+               FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
+                    (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, table_name)
+        INTO v_head, v_head_at, v_tail, v_tail_at;
+    ELSE
+        -- a partitioned queue with a read floor (head_from: no message below it): the head is
+        -- looked for an interval (head_span) from the floor, then anywhere above it, and the
+        -- tail from tail_from (the sequence's last id less an interval), then anywhere; the
+        -- bounds are values here, so each statement is planned with only the partitions they
+        -- leave
+        EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                          WHERE msg_id >= $1 AND msg_id < $2 ORDER BY msg_id LIMIT 1$q$, table_name)
+        INTO v_head, v_head_at
+        USING head_from, least(head_from::numeric + head_span, 9223372036854775807)::bigint;
+        IF v_head IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id LIMIT 1$q$, table_name)
+            INTO v_head, v_head_at
+            USING head_from;
+        END IF;
+        IF tail_from IS NOT NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+            INTO v_tail, v_tail_at
+            USING tail_from;
+        END IF;
+        IF v_tail IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+            INTO v_tail, v_tail_at
+            USING head_from;
+        END IF;
+    END IF;
+    oldest := (extract(epoch FROM at) - extract(epoch FROM v_head_at))::double precision;
+    newest := (extract(epoch FROM at) - extract(epoch FROM v_tail_at))::double precision;
+    v_span := least(v_tail::numeric - v_head + 1, 9223372036854775807)::bigint;
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format(
+            $q$SELECT count(*),
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0),
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0)
+               FROM pgmq.%I$q$, table_name)
+        INTO depth, in_flight, delayed;
+        RETURN;
+    END IF;
+    depth := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                             UNION ALL
+                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    -- the hidden ones exactly while they are few (ORDER BY vt: the vt index, stopping early)
+    EXECUTE format(
+        $q$SELECT count(*), count(*) FILTER (WHERE read_ct > 0)
+           FROM (SELECT read_ct FROM pgmq.%I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, table_name)
+    INTO v_hidden, in_flight
+    USING 10000 + 1;
+    delayed := v_hidden - in_flight;
+    IF depth = 0 OR v_hidden > 10000 THEN
+        -- statistics lost (crash), or many hidden messages: a sample
+        v_sample := pgmq._sample_messages(v_rel);
+        IF depth = 0 THEN
+            depth := v_sample.depth;
+        END IF;
+        IF v_hidden > 10000 AND v_sample.depth > 0 THEN
+            -- the sample's split, applied to the depth
+            in_flight := (depth::numeric * v_sample.in_flight / v_sample.depth)::bigint;
+            delayed := (depth::numeric * v_sample.delayed / v_sample.depth)::bigint;
+        END IF;
+    END IF;
+    -- never more than the msg_ids between the lowest and highest
+    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass;
+    v_a       regclass;
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+    v_last    bigint;
+BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue,
+           max(s.read_floor) AS read_floor, max(s.read_span) AS read_span
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
+    v_last := coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0);
+
+    -- a partitioned queue's read floor and interval say where its head and tail are
+    v_msgs := pgmq._count_messages(v_qtable, v_now, v_set.read_floor, v_set.read_span,
+                                           CASE WHEN v_set.read_span IS NOT NULL
+                                                THEN greatest(v_last::numeric - v_set.read_span, -9223372036854775807)::bigint END);
+    v_est := v_msgs.estimated;
+
+    -- counted for a caller that may read it (a queue's readers need not: NULL then)
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
+       AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
+           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
+                                                              UNION ALL
+                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
+    INTO v_sizes
+    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
+          UNION ALL
+          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        -- each partitioned table's default partition, from its own catalog row (not by
+        -- deparsing the bound of every partition)
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_partitioned_table p
+            JOIN pg_catalog.pg_class c ON c.oid = p.partdefid
+            WHERE p.partrelid IN (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE NOT t.isleaf
+                                  UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t WHERE NOT t.isleaf)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_msgs.oldest, v_msgs.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            v_last,
+            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.14.0--2.15.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

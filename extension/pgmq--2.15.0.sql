@@ -16509,8 +16509,9 @@ END;
 $fn$;
 
 -- _count_messages: a queue table's messages by state, exact or estimated as _count_rows, and the
--- ages (seconds before `at`) of its oldest and newest message by msg_id.
-CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
+-- ages (seconds before `at`) of its oldest and newest message by msg_id. `head_from`, `head_span`,
+-- `tail_from`: where a partitioned queue's head and tail are looked for first (below).
+CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, head_from bigint DEFAULT NULL::bigint, head_span bigint DEFAULT NULL::bigint, tail_from bigint DEFAULT NULL::bigint, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
@@ -16525,23 +16526,57 @@ DECLARE
     v_hidden bigint;
     v_span   bigint;
     v_sample record;
+    v_head   bigint;
+    v_head_at timestamptz;
+    v_tail   bigint;
+    v_tail_at timestamptz;
 BEGIN
-    -- The head and the tail by msg_id in one statement: on a partitioned queue every statement
-    -- plans and opens all of its partitions. Their ages, and the span of msg_ids between them,
-    -- which bounds an estimate (the statistics can run ahead of the table: a backend's counts
-    -- flushed after a VACUUM that already counted its rows). Epochs, not timestamps, are
-    -- subtracted: an infinite enqueued_at (a row written around send) gives an infinite age
-    -- rather than an error; the span saturates (msg_ids written around send may span more than a
-    -- bigint). No row (NULLs) when the queue is empty.
-    EXECUTE format(
-        $q$SELECT (extract(epoch FROM $1) - extract(epoch FROM h.enqueued_at))::double precision,
-                  (extract(epoch FROM $1) - extract(epoch FROM t.enqueued_at))::double precision,
-                  (CASE WHEN t.msg_id::numeric - h.msg_id + 1 > 9223372036854775807 THEN 9223372036854775807
-                        ELSE t.msg_id::numeric - h.msg_id + 1 END)::bigint
-           FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
-                (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, table_name)
-    INTO oldest, newest, v_span
-    USING at;
+    -- The head and the tail by msg_id: their ages, and the span of msg_ids between them, which
+    -- bounds an estimate (the statistics can run ahead of the table: a backend's counts flushed
+    -- after a VACUUM that already counted its rows). Epochs, not timestamps, are subtracted: an
+    -- infinite enqueued_at (a row written around send) gives an infinite age rather than an
+    -- error; the span saturates (msg_ids written around send may span more than a bigint). No
+    -- row (NULLs) when the queue is empty.
+    IF head_from IS NULL OR head_span IS NULL THEN
+        -- both in one statement: on a partitioned queue each statement plans and opens every
+        -- partition
+        EXECUTE format(
+            $q$SELECT h.msg_id, h.enqueued_at, t.msg_id, t.enqueued_at
+               FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
+                    (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, table_name)
+        INTO v_head, v_head_at, v_tail, v_tail_at;
+    ELSE
+        -- a partitioned queue with a read floor (head_from: no message below it): the head is
+        -- looked for an interval (head_span) from the floor, then anywhere above it, and the
+        -- tail from tail_from (the sequence's last id less an interval), then anywhere; the
+        -- bounds are values here, so each statement is planned with only the partitions they
+        -- leave
+        EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                          WHERE msg_id >= $1 AND msg_id < $2 ORDER BY msg_id LIMIT 1$q$, table_name)
+        INTO v_head, v_head_at
+        USING head_from, least(head_from::numeric + head_span, 9223372036854775807)::bigint;
+        IF v_head IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id LIMIT 1$q$, table_name)
+            INTO v_head, v_head_at
+            USING head_from;
+        END IF;
+        IF tail_from IS NOT NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+            INTO v_tail, v_tail_at
+            USING tail_from;
+        END IF;
+        IF v_tail IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+            INTO v_tail, v_tail_at
+            USING head_from;
+        END IF;
+    END IF;
+    oldest := (extract(epoch FROM at) - extract(epoch FROM v_head_at))::double precision;
+    newest := (extract(epoch FROM at) - extract(epoch FROM v_tail_at))::double precision;
+    v_span := least(v_tail::numeric - v_head + 1, 9223372036854775807)::bigint;
     estimated := v_pages > 640;
     IF NOT estimated THEN
         EXECUTE format(
@@ -16602,6 +16637,7 @@ DECLARE
     v_default bigint;
     v_est     boolean;
     v_cb      record;
+    v_last    bigint;
 BEGIN
     -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
     -- queue dropped since it was listed has no row (NULL).
@@ -16612,11 +16648,16 @@ BEGIN
     v_a := to_regclass(format('pgmq.%I', v_atable));
     -- a dead-letter queue counts while the retry policy that names it is in force
     SELECT coalesce(bool_or(s.paused), false) AS paused,
-           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue,
+           max(s.read_floor) AS read_floor, max(s.read_span) AS read_span
     INTO v_set
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
+    v_last := coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0);
 
-    v_msgs := pgmq._count_messages(v_qtable, v_now);
+    -- a partitioned queue's read floor and interval say where its head and tail are
+    v_msgs := pgmq._count_messages(v_qtable, v_now, v_set.read_floor, v_set.read_span,
+                                           CASE WHEN v_set.read_span IS NOT NULL
+                                                THEN greatest(v_last::numeric - v_set.read_span, -9223372036854775807)::bigint END);
     v_est := v_msgs.estimated;
 
     -- counted for a caller that may read it (a queue's readers need not: NULL then)
@@ -16668,7 +16709,7 @@ BEGIN
     RETURN (queue_name, v_set.paused, v_msgs.depth,
             greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
             v_msgs.oldest, v_msgs.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
-            coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0),
+            v_last,
             v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
             v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
 END;

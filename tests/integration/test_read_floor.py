@@ -183,3 +183,27 @@ def test_competing_consumers_with_a_floor_get_each_message_once(conn, connect, p
     run_threads(threading.Thread(target=consume, args=(connect(), how))
                 for how in ("pop", "read", "pop", "read"))
     assert sorted(got) == list(range(1, total + 1))
+
+
+def test_queue_metrics_looks_for_head_and_tail_from_the_floor(conn, pq):
+    """queue_metrics of a queue with a floor looks for its head an interval from the floor and
+    its tail an interval below the last id, then further: the ages are those of the lowest and
+    highest message whichever look found them."""
+    for _ in range(55):
+        conn.execute("SELECT pgmq.send(%s, '{}')", (pq,))
+    maintain(conn, pq, times=2)
+    assert floor_of(conn, pq) == (1, 10, 56)
+
+    def ages_match(head: int, tail: int) -> None:
+        row = conn.execute("""SELECT m.oldest_msg_age_sec, m.newest_msg_age_sec,
+                                     extract(epoch FROM m.measured_at) - extract(epoch FROM h.enqueued_at),
+                                     extract(epoch FROM m.measured_at) - extract(epoch FROM t.enqueued_at)
+                              FROM pgmq.queue_metrics(%s) m, pgmq.q_pq h, pgmq.q_pq t
+                              WHERE h.msg_id = %s AND t.msg_id = %s""", (pq, head, tail)).fetchone()
+        assert row[0] == pytest.approx(float(row[2]), abs=1e-6) and row[1] == pytest.approx(float(row[3]), abs=1e-6)
+        assert row[0] > row[1]
+
+    ages_match(1, 55)  # both found by the first looks
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 25)::bigint))", (pq,))
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(45, 55)::bigint))", (pq,))
+    ages_match(26, 44)  # neither: the head above the floor's interval, the tail below the last id's
