@@ -9526,15 +9526,9 @@ BEGIN
         WHERE s.queue_name = v_name AND (s.read_floor IS NOT NULL OR s.floor_candidate IS NOT NULL);
         RETURN;
     END IF;
-    v_floor := v_set.read_floor;
-    -- a message below the floor (the sequence set back): the floor comes down to it at once
-    IF v_floor IS NOT NULL THEN
-        EXECUTE format('SELECT min(msg_id) FROM pgmq.%I WHERE msg_id < $1', v_table)
-        INTO v_low
-        USING v_floor;
-        v_floor := least(v_floor, v_low);
-    END IF;
-    -- the candidate, once nobody who may hold an id below it is left
+    -- The floor, from the lowest message below a bound: the candidate once nobody who may hold
+    -- an id below it is left, else the floor itself (a message below it, the sequence set back,
+    -- brings it down at once).
     PERFORM pg_catalog.pg_stat_clear_snapshot();
     IF v_set.floor_candidate IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
@@ -9546,10 +9540,15 @@ BEGIN
                               OR (a.xact_start IS NULL AND a.state IS NULL)))
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts x
                        WHERE x.database = pg_catalog.current_database()) THEN
+        v_floor := v_set.floor_candidate;
+    ELSE
+        v_floor := v_set.read_floor;
+    END IF;
+    IF v_floor IS NOT NULL THEN
         EXECUTE format('SELECT min(msg_id) FROM pgmq.%I WHERE msg_id < $1', v_table)
         INTO v_low
-        USING v_set.floor_candidate;
-        v_floor := least(v_set.floor_candidate, v_low);
+        USING v_floor;
+        v_floor := least(v_floor, v_low);
     END IF;
     -- the next candidate: the id after the last one drawn, noted when after it was read (a
     -- transaction that drew an id below it started before then)
