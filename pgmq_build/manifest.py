@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.15.0"
+VERSION = "2.16.0"
 # How many of the newest released versions upgrade in place with what `make install` ships (their
 # steps of the chain). Every release adds a step (0.1 to 0.6 MB) and no released step may change,
 # so the chain would outgrow any fixed size: the steps from older releases retire to
@@ -232,6 +232,14 @@ RELEASED: tuple[Release, ...] = (
         "pgmq-standalone--2.13.0--2.14.0.sql": "b8c2de5cd98c117f898611b960a035896f47f7a3771a564545dd8f2488b64837",
         "pgmq--1.13.x--2.14.0.sql": "7b4f12253666b10f3ca95c204ba29959083061d8e690852ad3e1596b608478dc",
         "pgmq-standalone--1.13.x--2.14.0.sql": "46381c028e87a157f9f296b04188cc8d7c406ea0ce70f1a7dddae4467a2fa28d",
+    }),
+    Release("2.15.0", {
+        "pgmq--2.15.0.sql": "c2fb1b6f62c87e896e0d31f17e0621f9e2c78888e4d1eeb834d1a46ec6bb2d5e",
+        "pgmq-standalone--2.15.0.sql": "05c7d7ac22da0288cde80ecadb107167611202e77a892daebf7f224e4b9e8c2f",
+        "pgmq--2.14.0--2.15.0.sql": "835177f0a172b61925370f0c381ece7384dcbc732338fba5024f1c5578ff45db",
+        "pgmq-standalone--2.14.0--2.15.0.sql": "a73f145ff34a3db23ebd4cd59989a86e84a8ab7303479b4684c92a3e58b04f24",
+        "pgmq--1.13.x--2.15.0.sql": "69abd9354b428fcc5878f34b13927be5b6ccccade76fcedf38be6d0db54dc1cb",
+        "pgmq-standalone--1.13.x--2.15.0.sql": "eff64eff33033fda6ff6b373f207da3ccaf413988d8a808966792e210e3dffa2",
     }),
 )
 
