@@ -1915,12 +1915,13 @@ BEGIN
             END IF;
         ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
             -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids), then, only when that came back short, the whole queue.
+            -- floor on (read_span ids, within the head window of the path), then, only when
+            -- that came back short, the whole queue.
             -- Only while its last maintenance saw more than read_span ids queued: a queue its
             -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
-                FOR v_out IN SELECT * FROM pgmq._static_read_from(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                FOR v_out IN SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
                     IF v_out.read_ct > 1 THEN
@@ -1928,7 +1929,7 @@ BEGIN
                     END IF;
                 END LOOP;
             ELSE
-                RETURN QUERY SELECT * FROM pgmq._static_read_from(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                RETURN QUERY SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
             v_left := v_left - v_taken;
@@ -2306,12 +2307,13 @@ BEGIN
             END IF;
         ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
             -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids), then, only when that came back short, the whole queue.
+            -- floor on (read_span ids, within the head window of the path), then, only when
+            -- that came back short, the whole queue.
             -- Only while its last maintenance saw more than read_span ids queued: a queue its
             -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
-                FOR v_out IN SELECT * FROM pgmq._static_pop_from(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                FOR v_out IN SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
                     IF v_out.read_ct > 0 THEN
@@ -2319,7 +2321,7 @@ BEGIN
                     END IF;
                 END LOOP;
             ELSE
-                RETURN QUERY SELECT * FROM pgmq._static_pop_from(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                RETURN QUERY SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
             v_left := v_left - v_taken;
@@ -2884,6 +2886,51 @@ BEGIN
         SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
         WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
           AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, 'q'))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$fn$;
+
+
+-- _static_read_head: the read_head statement of each known queue.
+CREATE FUNCTION pgmq._static_read_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = '{}'::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN '-9223372036854775808' AND '9223372036854775807'
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN '-9223372036854775808' AND '9223372036854775807'
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
     )
     SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
@@ -3619,6 +3666,50 @@ END;
 $fn$;
 
 
+-- _static_pop_head: the pop_head statement of each known queue.
+CREATE FUNCTION pgmq._static_pop_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN '-9223372036854775808' AND '9223372036854775807'
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN '-9223372036854775808' AND '9223372036854775807'
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, 'q'))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$fn$;
+
+
 -- _static_pop_ranked: the pop_ranked statement of each known queue.
 CREATE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
@@ -4341,6 +4432,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4449,9 +4542,11 @@ $fn$;
 -- a queue it missed heals on its next call. SECURITY DEFINER: the paths are the extension
 -- owner's; what it writes depends on pgmq.meta alone, so anyone may ask.
 -- Nothing is written when every path already holds what it would write: the routed queues'
--- names and msg_id sequences, whose md5 each rebuild leaves in the paths. Rewriting ~25 functions of
--- 100 branches cost every create and drop 0.2-0.9 s once a database held 50 queues (a queue
--- past the first 100 by name changes nothing), and every session then recompiled the paths.
+-- names and msg_id sequences (and, for the head paths, their head windows), whose md5 each
+-- rebuild leaves in the paths. Rewriting ~25 functions of 100 branches cost every create and
+-- drop 0.2-0.9 s once a database held 50 queues (a queue past the first 100 by name changes
+-- nothing), and every session then recompiled the paths; a read floor passing into another
+-- partition rewrites only the two head paths.
 CREATE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql
@@ -4461,10 +4556,13 @@ SET search_path = pg_catalog, pg_temp
 SET check_function_bodies = off
 AS $fn$
 DECLARE
-    v_names text[];
-    v_sql   text;
-    v_seqs  text[];
-    v_sig   text;
+    v_names    text[];
+    v_sql      text;
+    v_seqs     text[];
+    v_heads    text[];
+    v_sig      text;
+    v_head_sig text;
+    v_fresh    name[];
 BEGIN
     IF queue_name IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
@@ -4487,16 +4585,26 @@ BEGIN
          JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
          WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
                     FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
+    -- each queue's head window (_macros/static_paths.sql.j2, HEAD): from its read floor, which
+    -- only the extension writes (features/partitioned, _advance_read_floor); bigints as literals
+    v_heads := ARRAY(SELECT coalesce((SELECT format('%L AND %L', greatest(h.low, -9223372036854775808),
+                                                    least(h.low + 2 * s.read_span - 1, 9223372036854775807))
+                                      FROM pgmq.queue_settings s
+                                      CROSS JOIN LATERAL (SELECT (s.read_floor::numeric - mod(mod(s.read_floor::numeric, s.read_span) + s.read_span, s.read_span)) AS low) h
+                                      WHERE s.queue_name = n.name AND s.read_floor IS NOT NULL AND s.read_span >= 1),
+                                     '''-9223372036854775808'' AND ''9223372036854775807''')
+                     FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
     v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
-    -- every path: an upgrade replaces only the paths whose text changed, with empty ones
-    IF (SELECT count(DISTINCT f.proname) FROM pg_catalog.pg_proc f
-        WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
-          AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
-          AND strpos(f.prosrc, v_sig) > 0) = 33 THEN
-        RETURN;
-    END IF;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+    v_head_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs, v_heads]::text));
+    -- the paths that hold what this rebuild would write (an upgrade leaves empty ones)
+    v_fresh := ARRAY(SELECT f.proname FROM pg_catalog.pg_proc f
+                     WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+                       AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete_one}'::name[])
+                                                 THEN v_head_sig ELSE v_sig END) > 0);
+    IF NOT '_static_send'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -4524,8 +4632,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
 VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
      WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
      WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
@@ -4535,12 +4643,14 @@ RETURNING msg_id
 INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$4')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$4')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_send_dedup'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -4589,8 +4699,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('WITH k AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('WITH k AS (
     INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
     SELECT lower(%4$L), $4, nextval(%3$L::regclass),
            clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
@@ -4612,12 +4722,14 @@ RETURNING msg_id
 INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name)
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_send_batch'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -4644,8 +4756,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
 SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
      WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
      WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
@@ -4655,12 +4767,14 @@ FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
 RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$4')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$4')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4699,8 +4813,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -4719,12 +4833,14 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_from'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4766,8 +4882,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -4789,12 +4905,86 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$7')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_head'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN %5$s
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN %5$s
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_unordered'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4833,8 +5023,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -4853,12 +5043,14 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -4897,8 +5089,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -4917,12 +5109,14 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_judged'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -5031,8 +5225,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -5121,12 +5315,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$11')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_judged_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -5235,8 +5431,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -5325,12 +5521,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$11')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5391,8 +5589,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -5433,12 +5631,14 @@ FROM done d
 ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$8')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5499,8 +5699,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -5541,12 +5741,14 @@ FROM done d
 ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$8')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -5596,8 +5798,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id, coalesce(enqueued_at
                             < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                     WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5627,12 +5829,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -5682,8 +5886,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id, coalesce(enqueued_at
                             < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                     WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -5713,12 +5917,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5763,8 +5969,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -5789,12 +5995,14 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5839,8 +6047,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
@@ -5865,12 +6073,14 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5908,8 +6118,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
@@ -5927,12 +6137,14 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_from'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -5973,8 +6185,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
@@ -5995,12 +6207,84 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$7')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_head'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN %5$s
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN %5$s
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -6038,8 +6322,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
@@ -6057,12 +6341,14 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$5')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_judged'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -6170,8 +6456,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -6259,12 +6545,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$11')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_judged_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -6372,8 +6660,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -6461,12 +6749,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$11')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -6526,8 +6816,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -6567,12 +6857,14 @@ FROM done d
 ORDER BY d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$8')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -6632,8 +6924,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
     -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
     SELECT c.msg_id
     FROM (
@@ -6673,12 +6965,14 @@ FROM done d
 ORDER BY d.priority, d.msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$8')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -6727,8 +7021,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id, coalesce(enqueued_at
                             < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                     WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -6757,12 +7051,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -6811,8 +7107,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id, coalesce(enqueued_at
                             < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                                     WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -6841,12 +7137,14 @@ ORDER BY 9, 1
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -6890,8 +7188,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
@@ -6915,12 +7213,14 @@ ORDER BY d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -6964,8 +7264,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
     SELECT msg_id
     FROM pgmq.%1$I
     WHERE vt <= clock_timestamp()
@@ -6989,12 +7289,14 @@ ORDER BY d.priority, d.msg_id
 ;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$6')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_peek'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
@@ -7022,20 +7324,22 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
         WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
           AND NOT coalesce(last_read_at = $2, false)
         ORDER BY msg_id LIMIT 1) IS NOT NULL
 INTO v_value;
 RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$3')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_claim_next'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -7069,8 +7373,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
        coalesce(enqueued_at
                 < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                         WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -7084,12 +7388,14 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$3')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_claim_next_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
 RETURNS SETOF record
 LANGUAGE plpgsql
 VOLATILE
@@ -7123,8 +7429,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
        coalesce(enqueued_at
                 < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
                                                                         WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
@@ -7138,12 +7444,14 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$3')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_delete'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -7164,20 +7472,24 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$2')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_delete_one'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -7196,16 +7508,22 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('DELETE FROM pgmq.%I WHERE msg_id = $1;
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('IF $1 BETWEEN %5$s THEN
+    DELETE FROM pgmq.%1$I WHERE msg_id = $1 AND msg_id BETWEEN %5$s;
+ELSE
+    DELETE FROM pgmq.%1$I WHERE msg_id = $1;
+END IF;
 RETURN FOUND;
-', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$2')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_archive'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -7232,8 +7550,8 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
     DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
     RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
 )
@@ -7242,12 +7560,14 @@ SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM mov
 RETURNING msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$2')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
-    -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
-    v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_set_vt'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
 RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
@@ -7272,18 +7592,19 @@ BEGIN
 
 END;
 $path$;',
-        '/*@tree@*/', pgmq._static_path_tree(v_names,
-            ARRAY(SELECT format('RETURN QUERY WITH moved AS (
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
     UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
     RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
 )
 SELECT * FROM moved ORDER BY msg_id;
 RETURN;
 ', pgmq._format_table_name(n.name, 'q'))
-                  FROM unnest(v_names, v_seqs) WITH ORDINALITY AS n(name, seq, o) ORDER BY n.o),
-            '$3')),
-        '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
-    EXECUTE v_sql;
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
 END;
 $fn$;
 REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
@@ -9337,6 +9658,7 @@ DECLARE
     v_moved      bigint;
     v_pending    boolean;
     v_found      boolean;
+    v_floors     boolean := false;
     v_next       bigint;
     v_interval   numeric;
     v_premake    integer;
@@ -9454,8 +9776,14 @@ BEGIN
         IF v_found THEN
             PERFORM pgmq._prove_caller();
             PERFORM pgmq._advance_read_floor(v_queue);
+            v_floors := true;
         END IF;
     END LOOP;
+    -- a read floor that passed into another partition moves its queue's head window: the head
+    -- paths are written again (nothing is written when no window moved)
+    IF v_floors THEN
+        PERFORM pgmq._rebuild_static_paths();
+    END IF;
 END;
 $fn$;
 

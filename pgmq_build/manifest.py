@@ -486,8 +486,8 @@ ROUTINES = policies(
     "read", "read_unordered", "read_with_poll", "pop", "delete", "archive", "set_vt",
     "ack_ranges",  # delivery: a batch consumer's set-based ack (features/delivery/functions/batch_ack)
     # core: each queue's hot statements as static SQL (templates/_macros/static_paths.sql.j2)
-    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_from", "_static_read_unordered", "_static_read_ranked", "_static_read_judged",
-    "_static_read_judged_ranked", "_static_pop", "_static_pop_from", "_static_pop_ranked", "_static_pop_judged",
+    "_static_send", "_static_send_dedup", "_static_send_batch", "_static_read", "_static_read_from", "_static_read_head", "_static_read_unordered", "_static_read_ranked", "_static_read_judged",
+    "_static_read_judged_ranked", "_static_pop", "_static_pop_from", "_static_pop_head", "_static_pop_ranked", "_static_pop_judged",
     "_static_pop_judged_ranked", "_static_read_ttl", "_static_read_ttl_ranked", "_static_pop_ttl",
     "_static_pop_ttl_ranked", "_static_read_ttl_clean", "_static_read_ttl_clean_ranked", "_static_pop_ttl_clean",
     "_static_pop_ttl_clean_ranked", "_static_read_clean", "_static_read_clean_ranked", "_static_pop_clean",

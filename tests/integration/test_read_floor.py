@@ -1,7 +1,8 @@
 """The read floor of a queue partitioned by msg_id (features/partitioned/functions/read_floor.sql.j2):
 maintenance proposes the sequence's next id and confirms it once every transaction running then
 has ended; read and pop look at the partitions from the floor first, then at the whole queue when
-that came back short. Nothing a floor does may change which messages a read can get: a message
+that came back short. The first look, and delete by id, run statements that name the floor's head
+window (two partitions) as literals, rewritten when the floor passes into another partition. Nothing a floor does may change which messages a read can get: a message
 committed late below the proposed floor is read first, one below the floor (a sequence set back)
 is read all the same, and only the extension's own routine writes it."""
 
@@ -115,7 +116,7 @@ def test_a_queue_kept_empty_reads_without_its_floor(conn, pq):
     send_n(conn, pq, 30)
     maintain(conn, pq)
     rows, calls = paths_run(conn, "SELECT msg_id FROM pgmq.pop(%s, 3)", (pq,))
-    assert rows == [31, 32, 33] and calls == {"_static_pop_from": 1}
+    assert rows == [31, 32, 33] and calls == {"_static_pop_head": 1}
 
 
 def test_no_floor_without_a_msg_id_interval_or_with_a_cached_sequence(conn, partman):
@@ -207,3 +208,82 @@ def test_queue_metrics_looks_for_head_and_tail_from_the_floor(conn, pq):
     conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 25)::bigint))", (pq,))
     conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(45, 55)::bigint))", (pq,))
     ages_match(26, 44)  # neither: the head above the floor's interval, the tail below the last id's
+
+
+def head_window(conn, path, queue):
+    """The window the head path's branch for `queue` names: (low, high)."""
+    src = scalar(conn, "SELECT prosrc FROM pg_proc WHERE proname = %s", (path,))
+    branch = src[src.index(f"OPERATOR(pg_catalog.=) '{queue}'"):]
+    low, high = branch.split("msg_id BETWEEN '", 1)[1].split("'", 3)[0::2]
+    return int(low), int(high)
+
+
+def partitions_locked(conn, sql, params):
+    """The partitions of pq whose table a statement locked (in one transaction)."""
+    with conn.transaction():
+        conn.execute(sql, params)
+        return set(column(conn, """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                                   WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
+                                     AND c.relname LIKE 'q\\_pq\\_p%%' AND c.relkind = 'r'"""))
+
+
+def test_the_head_window_follows_the_floor_and_a_read_opens_only_its_partitions(conn, pq):
+    send_n(conn, pq, 75)
+    maintain(conn, pq, times=2)
+    assert floor_of(conn, pq)[0] == 1
+    assert scalar(conn, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmq.q_pq'::regclass") >= 8
+    for path in ("_static_read_head", "_static_pop_head", "_static_delete_one"):
+        assert head_window(conn, path, pq) == (0, 19)  # the floor's partition and the next
+    assert partitions_locked(conn, "SELECT * FROM pgmq.read(%s, 30, 3)", (pq,)) == {"q_pq_p0", "q_pq_p10"}
+    assert partitions_locked(conn, "SELECT pgmq.delete(%s, 2::bigint)", (pq,)) <= {"q_pq_p0", "q_pq_p10"}
+    assert partitions_locked(conn, "SELECT * FROM pgmq.pop(%s, 2)", (pq,)) == {"q_pq_p0", "q_pq_p10"}
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 33)::bigint))", (pq,))
+    maintain(conn, pq)
+    assert floor_of(conn, pq)[0] == 34
+    for path in ("_static_read_head", "_static_pop_head", "_static_delete_one"):
+        assert head_window(conn, path, pq) == (30, 49)
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 3)", (pq,)) == [34, 35, 36]
+    assert scalar(conn, "SELECT pgmq.delete(%s, 35::bigint)", (pq,)) is True
+    assert scalar(conn, "SELECT pgmq.delete(%s, 35::bigint)", (pq,)) is False
+    # ids outside the window: the plain statement
+    assert scalar(conn, "SELECT pgmq.delete(%s, 70::bigint)", (pq,)) is True
+    assert scalar(conn, "SELECT pgmq.delete(%s, 7::bigint)", (pq,)) is False
+    # a plain queue's branch names every id
+    conn.execute("SELECT pgmq.create('plainq')")
+    assert head_window(conn, "_static_read_head", "plainq") == (-2**63, 2**63 - 1)
+
+
+def test_a_stale_head_window_changes_nothing_a_read_can_get(conn, connect, pq):
+    """The window is written by the rebuild maintenance asks for; when another transaction holds
+    the rebuild, the window stays where it was: reads still get every message once, in order,
+    through the whole queue's look, and the next maintenance writes the window."""
+    send_n(conn, pq, 60)
+    maintain(conn, pq, times=2)
+    assert head_window(conn, "_static_read_head", pq) == (0, 19)
+    conn.execute("SELECT pgmq.delete(%s, ARRAY(SELECT generate_series(1, 24)::bigint))", (pq,))
+    holder = connect(autocommit=False)
+    holder.execute("SELECT pg_advisory_xact_lock(hashtext('pgmq.static_paths'))")
+    maintain(conn, pq)
+    assert floor_of(conn, pq)[0] == 25
+    assert head_window(conn, "_static_read_head", pq) == (0, 19)  # not written: stale
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 4)", (pq,)) == [25, 26, 27, 28]
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s, 3)", (pq,)) == [29, 30, 31]
+    assert scalar(conn, "SELECT pgmq.delete(%s, 25::bigint)", (pq,)) is True
+    holder.rollback()
+    maintain(conn, pq)
+    assert head_window(conn, "_static_read_head", pq) == (20, 39)
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s, 40)", (pq,)) == list(range(32, 61))  # 26-28 leased
+
+
+def test_dropping_the_head_partition_stops_no_reader(conn, pq):
+    """The window's bounds are values, not partition names: a partition dropped under it (a
+    retention drop, by hand) leaves reads, pops and deletes working on what is left."""
+    send_n(conn, pq, 60)
+    maintain(conn, pq, times=2)
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 1)", (pq,)) == [1]
+    conn.execute("DROP TABLE pgmq.q_pq_p0")
+    assert column(conn, "SELECT msg_id FROM pgmq.read(%s, 30, 2)", (pq,)) == [10, 11]
+    assert scalar(conn, "SELECT pgmq.delete(%s, 10::bigint)", (pq,)) is True
+    assert scalar(conn, "SELECT pgmq.delete(%s, 5::bigint)", (pq,)) is False
+    conn.execute("DROP TABLE pgmq.q_pq_p10")
+    assert column(conn, "SELECT msg_id FROM pgmq.pop(%s, 2)", (pq,)) == [20, 21]
