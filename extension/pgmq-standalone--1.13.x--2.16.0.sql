@@ -4415,6 +4415,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4426,7 +4428,7 @@ BEGIN
     IF 0 < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'))
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'))
     USING $1;
 
 END;
@@ -4452,7 +4454,7 @@ BEGIN
     IF 0 < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
+    EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
     USING $1;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count > 0;
@@ -4467,6 +4469,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4479,10 +4483,10 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
-    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
     SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
     RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'), pgmq._format_table_name($2, 'a'))
     USING $1;
@@ -4497,6 +4501,8 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -4509,7 +4515,7 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($3);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
     SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, 'q'))
@@ -4607,7 +4613,7 @@ BEGIN
     v_fresh := ARRAY(SELECT f.proname FROM pg_catalog.pg_proc f
                      WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
                        AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
-                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete_one}'::name[])
+                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
                                                  THEN v_head_sig ELSE v_sig END) > 0);
     IF NOT '_static_send'::name = ANY (v_fresh) THEN
         -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -7463,6 +7469,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -7474,18 +7482,24 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
     USING $1;
 
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$2')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
     IF NOT '_static_delete_one'::name = ANY (v_fresh) THEN
@@ -7508,7 +7522,7 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
     USING $1;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count > 0;
@@ -7535,6 +7549,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -7547,10 +7563,10 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
-    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
     SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
     RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
     USING $1;
@@ -7558,18 +7574,30 @@ BEGIN
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
-    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
-    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-)
-INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
-SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
-RETURNING msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$2')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
     IF NOT '_static_set_vt'::name = ANY (v_fresh) THEN
@@ -7579,6 +7607,8 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -7591,7 +7621,7 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($3);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
     SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
@@ -7600,16 +7630,26 @@ BEGIN
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
-    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
-    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-)
-SELECT * FROM moved ORDER BY msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%%1$I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, %1$L, %2$L)
+    USING $1, $2;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$3')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
 END;

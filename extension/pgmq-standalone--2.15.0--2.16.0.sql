@@ -40,7 +40,10 @@ $check$;
 -- ---------------------------------------------------------------- routines
 -- replace: pgmq.read(text, integer, integer, jsonb)
 -- replace: pgmq.pop(text, integer)
+-- replace: pgmq._static_delete(bigint[], text)
 -- replace: pgmq._static_delete_one(bigint, text)
+-- replace: pgmq._static_archive(bigint[], text)
+-- replace: pgmq._static_set_vt(bigint[], timestamp with time zone, text)
 -- replace: pgmq._rebuild_static_paths(text)
 -- replace: pgmq._run_partition_maintenance(text)
 -- new: pgmq._static_read_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
@@ -784,6 +787,30 @@ BEGIN
 END;
 $fn$;
 
+CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'))
+    USING $1;
+
+END;
+$fn$;
+
 CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -802,10 +829,68 @@ BEGIN
     IF 0 < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
+    EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = $1$q$, pgmq._format_table_name($2, 'q'))
     USING $1;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count > 0;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, 'q'), pgmq._format_table_name($2, 'a'))
+    USING $1;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, 'q'))
+    USING $1, $2;
 
 END;
 $fn$;
@@ -863,7 +948,7 @@ BEGIN
     v_fresh := ARRAY(SELECT f.proname FROM pg_catalog.pg_proc f
                      WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
                        AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
-                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete_one}'::name[])
+                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
                                                  THEN v_head_sig ELSE v_sig END) > 0);
     IF NOT '_static_send'::name = ANY (v_fresh) THEN
         -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
@@ -3719,6 +3804,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -3730,18 +3817,24 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
     USING $1;
 
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY DELETE FROM pgmq.%I WHERE msg_id = ANY($1) RETURNING msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$2')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
     IF NOT '_static_delete_one'::name = ANY (v_fresh) THEN
@@ -3764,7 +3857,7 @@ BEGIN
     IF /*@routed@*/ < 100 THEN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
-    EXECUTE format($q$DELETE FROM pgmq.%I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
     USING $1;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count > 0;
@@ -3791,6 +3884,8 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -3803,10 +3898,10 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($2);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
-    INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
     SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
     RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
     USING $1;
@@ -3814,18 +3909,30 @@ BEGIN
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
-    DELETE FROM pgmq.%I WHERE msg_id = ANY($1)
-    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-)
-INSERT INTO pgmq.%I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
-SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
-RETURNING msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$2')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
     IF NOT '_static_set_vt'::name = ANY (v_fresh) THEN
@@ -3835,6 +3942,8 @@ RETURNS SETOF pgmq.message_record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 SET enable_seqscan = off
 AS $path$
 DECLARE
@@ -3847,7 +3956,7 @@ BEGIN
         PERFORM pgmq._rebuild_static_paths($3);
     END IF;
     RETURN QUERY EXECUTE format($q$WITH moved AS (
-        UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1)
         RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
     )
     SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
@@ -3856,16 +3965,26 @@ BEGIN
 END;
 $path$;',
             '/*@tree@*/', pgmq._static_path_tree(v_names,
-                ARRAY(SELECT format('RETURN QUERY WITH moved AS (
-    UPDATE pgmq.%I SET vt = $2 WHERE msg_id = ANY($1)
-    RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
-)
-SELECT * FROM moved ORDER BY msg_id;
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%%1$I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, %1$L, %2$L)
+    USING $1, $2;
+END IF;
 RETURN;
-', pgmq._format_table_name(n.name, 'q'))
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$3')),
-            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
         EXECUTE v_sql;
     END IF;
 END;
