@@ -1914,14 +1914,14 @@ BEGIN
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
         ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
-            -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids, within the head window of the path), then, only when
-            -- that came back short, the whole queue.
+            -- a partitioned queue with a read floor: its head first, from the floor to the end
+            -- of the path's head window (HEAD: the floor's partition and the next), then, only
+            -- when that came back short, the whole queue.
             -- Only while its last maintenance saw more than read_span ids queued: a queue its
             -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
-                FOR v_out IN SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                FOR v_out IN SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, 9223372036854775807::bigint, queue_name) LOOP
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
                     IF v_out.read_ct > 1 THEN
@@ -1929,7 +1929,7 @@ BEGIN
                     END IF;
                 END LOOP;
             ELSE
-                RETURN QUERY SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                RETURN QUERY SELECT * FROM pgmq._static_read_head(qty, make_interval(secs => vt), conditional, v_now, v_floor, 9223372036854775807::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
             v_left := v_left - v_taken;
@@ -2306,14 +2306,14 @@ BEGIN
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
         ELSIF v_floor IS NOT NULL AND v_next::numeric - v_floor > v_span THEN
-            -- a partitioned queue with a read floor: its head first, the partitions from the
-            -- floor on (read_span ids, within the head window of the path), then, only when
-            -- that came back short, the whole queue.
+            -- a partitioned queue with a read floor: its head first, from the floor to the end
+            -- of the path's head window (HEAD: the floor's partition and the next), then, only
+            -- when that came back short, the whole queue.
             -- Only while its last maintenance saw more than read_span ids queued: a queue its
             -- consumers keep (nearly) empty would pay the first look on every empty poll.
             IF v_counting THEN
                 v_taken := 0;
-                FOR v_out IN SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name) LOOP
+                FOR v_out IN SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, 9223372036854775807::bigint, queue_name) LOOP
                     RETURN NEXT v_out;
                     v_taken := v_taken + 1;
                     IF v_out.read_ct > 0 THEN
@@ -2321,7 +2321,7 @@ BEGIN
                     END IF;
                 END LOOP;
             ELSE
-                RETURN QUERY SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, least(v_floor::numeric + v_span - 1, 9223372036854775807)::bigint, queue_name);
+                RETURN QUERY SELECT * FROM pgmq._static_pop_head(qty, NULL::interval, NULL::jsonb, NULL::timestamptz, v_floor, 9223372036854775807::bigint, queue_name);
                 GET DIAGNOSTICS v_taken = ROW_COUNT;
             END IF;
             v_left := v_left - v_taken;
