@@ -4361,7 +4361,7 @@ $fn$;
 -- rebuild leaves in the paths. Rewriting ~25 functions of 100 branches cost every create and
 -- drop 0.2-0.9 s once a database held 50 queues (a queue past the first 100 by name changes
 -- nothing), and every session then recompiled the paths; a read floor passing into another
--- partition rewrites only the two head paths.
+-- partition rewrites only the paths that name head windows.
 CREATE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
 RETURNS void
 LANGUAGE plpgsql

@@ -1,8 +1,9 @@
 """The read floor of a queue partitioned by msg_id (features/partitioned/functions/read_floor.sql.j2):
 maintenance proposes the sequence's next id and confirms it once every transaction running then
 has ended; read and pop look at the partitions from the floor first, then at the whole queue when
-that came back short. The first look, and delete by id, run statements that name the floor's head
-window (two partitions) as literals, rewritten when the floor passes into another partition. Nothing a floor does may change which messages a read can get: a message
+that came back short. The first look and the acknowledgements by id run statements that name the
+floor's head window (two partitions) as literals, rewritten when the floor passes into another
+partition. Nothing a floor does may change which messages a read can get: a message
 committed late below the proposed floor is read first, one below the floor (a sequence set back)
 is read all the same, and only the extension's own routine writes it."""
 
