@@ -19,7 +19,7 @@ from pathlib import Path
 SCHEMA = "pgmq"
 # The version being built. Once a version is released (listed in RELEASED below) it can never be
 # rendered again: bump VERSION before changing the SQL surface or a table layout.
-VERSION = "2.16.0"
+VERSION = "2.17.0"
 # How many of the newest released versions upgrade in place with what `make install` ships (their
 # steps of the chain). Every release adds a step (0.1 to 0.6 MB) and no released step may change,
 # so the chain would outgrow any fixed size: the steps from older releases retire to
@@ -240,6 +240,14 @@ RELEASED: tuple[Release, ...] = (
         "pgmq-standalone--2.14.0--2.15.0.sql": "a73f145ff34a3db23ebd4cd59989a86e84a8ab7303479b4684c92a3e58b04f24",
         "pgmq--1.13.x--2.15.0.sql": "69abd9354b428fcc5878f34b13927be5b6ccccade76fcedf38be6d0db54dc1cb",
         "pgmq-standalone--1.13.x--2.15.0.sql": "eff64eff33033fda6ff6b373f207da3ccaf413988d8a808966792e210e3dffa2",
+    }),
+    Release("2.16.0", {
+        "pgmq--2.16.0.sql": "df74ec4d6e266453357ad4492631d9c0c2c6a1aed532a45fd8b9388f779d79bf",
+        "pgmq-standalone--2.16.0.sql": "3fa42aa6d3fa71fc44369e10a951f380998c544f7a67c17424faeed5f697ae92",
+        "pgmq--2.15.0--2.16.0.sql": "0934502d2125b2f0602ff64be2b0872687c3695024f133f5f202aedb37c68bd1",
+        "pgmq-standalone--2.15.0--2.16.0.sql": "0bf3ee7cb3fc5461cc61d6c5a654b6440f0355f9a5baae80bcae229c435673d5",
+        "pgmq--1.13.x--2.16.0.sql": "195793bca6785352e5ebfe8f34e1c8e45db4911530cfcf9eb65d35e9869f99b1",
+        "pgmq-standalone--1.13.x--2.16.0.sql": "51bc0c16c3873548c5fd41191dc70c9f44a70df431f26cb2b386d9d58317f140",
     }),
 )
 
