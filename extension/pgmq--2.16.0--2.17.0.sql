@@ -10,7 +10,3437 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 -- (nothing)
 
 -- ---------------------------------------------------------------- routines
--- (no routine changed)
+-- replace: pgmq._rebuild_static_paths(text)
+-- gone: pgmq._count_rows(text)
+-- gone: pgmq._count_messages(text, timestamp with time zone, bigint, bigint, bigint)
+-- replace: pgmq._queue_metrics_of(text)
+-- new: pgmq._static_hidden(integer, text)
+-- new: pgmq._count_rows(text, double precision, bigint)
+-- new: pgmq._count_messages(text, timestamp with time zone, double precision, bigint, bigint, bigint, bigint)
+
+DROP FUNCTION pgmq._count_messages(text, timestamp with time zone, bigint, bigint, bigint);
+
+DROP FUNCTION pgmq._count_rows(text);
+
+CREATE FUNCTION pgmq._static_hidden(integer, text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value bigint[];
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+    FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, pgmq._format_table_name($2, 'q'))
+    INTO v_value USING $1;
+    RETURN v_value;
+
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._rebuild_static_paths(queue_name text DEFAULT NULL::text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET check_function_bodies = off
+AS $fn$
+DECLARE
+    v_names    text[];
+    v_sql      text;
+    v_seqs     text[];
+    v_heads    text[];
+    v_sig      text;
+    v_head_sig text;
+    v_fresh    name[];
+BEGIN
+    IF queue_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
+        RETURN;
+    END IF;
+    -- a read-only transaction (a hot standby's, or BEGIN READ ONLY) cannot write them: what it
+    -- reads through a path a rebuild missed runs as the dynamic form (queue_metrics does)
+    IF current_setting('transaction_read_only')::boolean THEN
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(n.queue_name ORDER BY n.queue_name COLLATE "C"), '{}') INTO v_names
+    FROM (SELECT m.queue_name FROM pgmq.meta m
+          ORDER BY m.queue_name COLLATE "C" LIMIT 100) n;
+    -- each queue's sequence, looked up once for every path (NULL: its table is gone)
+    v_seqs := ARRAY(SELECT (SELECT pg_catalog.quote_ident(sn.nspname) || '.' || pg_catalog.quote_ident(s.relname)
+         FROM pg_catalog.pg_class t
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = 'msg_id'
+         JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = t.oid
+                                    AND d.refobjsubid = a.attnum AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                                    AND d.deptype IN ('a', 'i')
+         JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+         JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+         WHERE t.relnamespace = 'pgmq'::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name(n.name, 'q')::pg_catalog.name)
+                    FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
+    -- each queue's head window (_macros/static_paths.sql.j2, HEAD): from its read floor, which
+    -- only the extension writes (features/partitioned, _advance_read_floor); bigints as literals
+    v_heads := ARRAY(SELECT coalesce((SELECT format('%L AND %L', greatest(h.low, -9223372036854775808),
+                                                    least(h.low + 2 * s.read_span - 1, 9223372036854775807))
+                                      FROM pgmq.queue_settings s
+                                      CROSS JOIN LATERAL (SELECT (s.read_floor::numeric - mod(mod(s.read_floor::numeric, s.read_span) + s.read_span, s.read_span)) AS low) h
+                                      WHERE s.queue_name = n.name AND s.read_floor IS NOT NULL AND s.read_span >= 1),
+                                     '''-9223372036854775808'' AND ''9223372036854775807''')
+                     FROM unnest(v_names) WITH ORDINALITY AS n(name, o) ORDER BY n.o);
+    v_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs]::text));
+    v_head_sig := format('/* queues %s */', md5(ARRAY[v_names, v_seqs, v_heads]::text));
+    -- the paths that hold what this rebuild would write (an upgrade leaves empty ones)
+    v_fresh := ARRAY(SELECT f.proname FROM pg_catalog.pg_proc f
+                     WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
+                       AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_hidden,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+                       AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+                                                 THEN v_head_sig ELSE v_sig END) > 0);
+    IF NOT '_static_send'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send(timestamp with time zone, jsonb, jsonb, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0))
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    INTO v_value USING $1, $2, $3;
+    RETURN v_value;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('INSERT INTO pgmq.%I (vt, message, headers, priority)
+VALUES ($1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0))
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$4')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_send_dedup'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_dedup(timestamp with time zone, jsonb, jsonb, text, text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    EXECUTE format($q$WITH k AS (
+        INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+        SELECT lower($5), $4, nextval($6::regclass),
+               clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                                   WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower($5))), 300))
+        WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                          WHERE l.queue_name = lower($5) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+        ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+            SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+            WHERE k.expires_at <= clock_timestamp()
+        RETURNING k.msg_id
+    )
+    INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+    SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0) FROM k
+    RETURNING msg_id$q$, pgmq._format_table_name($5, ''q''))
+    INTO v_value USING $1, $2, $3, $4, $5, (SELECT pg_catalog.quote_ident(sn.nspname) || ''.'' || pg_catalog.quote_ident(s.relname)
+     FROM pg_catalog.pg_class t
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = ''msg_id''
+     JOIN pg_catalog.pg_depend d ON d.refclassid = ''pg_catalog.pg_class''::pg_catalog.regclass AND d.refobjid = t.oid
+                                AND d.refobjsubid = a.attnum AND d.classid = ''pg_catalog.pg_class''::pg_catalog.regclass
+                                AND d.deptype IN (''a'', ''i'')
+     JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = ''S''
+     JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+     WHERE t.relnamespace = ''pgmq''::pg_catalog.regnamespace AND t.relname = pgmq._format_table_name($5, ''q'')::pg_catalog.name);
+    RETURN v_value;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('WITH k AS (
+    INSERT INTO pgmq.dedup_keys AS k (queue_name, dedup_id, msg_id, expires_at)
+    SELECT lower(%4$L), $4, nextval(%3$L::regclass),
+           clock_timestamp() + make_interval(secs => coalesce((SELECT s.dedup_window FROM pgmq.queue_settings s
+                                                               WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(%4$L))), 300))
+    WHERE NOT EXISTS (SELECT FROM pgmq.dedup_keys l
+                      WHERE l.queue_name = lower(%4$L) AND l.dedup_id = $4 AND l.expires_at > clock_timestamp())
+    ON CONFLICT ON CONSTRAINT dedup_keys_pkey DO UPDATE
+        SET msg_id = EXCLUDED.msg_id, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.msg_id
+)
+INSERT INTO pgmq.%1$I (msg_id, vt, message, headers, priority) OVERRIDING SYSTEM VALUE
+SELECT k.msg_id, $1, $2, $3, coalesce(CASE jsonb_typeof($3->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest(($3->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN ($3->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest(($3->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0) FROM k
+RETURNING msg_id
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_send_batch'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_send_batch(timestamp with time zone, jsonb[], jsonb[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($4);
+    END IF;
+    RETURN QUERY EXECUTE format($q$INSERT INTO pgmq.%I (vt, message, headers, priority)
+    SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+         WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+         WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                 THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+    END, 0)
+    FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+    RETURNING msg_id$q$, pgmq._format_table_name($4, ''q''))
+    USING $1, $2, $3;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY INSERT INTO pgmq.%I (vt, message, headers, priority)
+SELECT $1, t.msg, t.hdr, coalesce(CASE jsonb_typeof(t.hdr->''x-pgmq-priority'')
+     WHEN ''number'' THEN least(greatest((t.hdr->''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer
+     WHEN ''string'' THEN CASE WHEN (t.hdr->>''x-pgmq-priority'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                             THEN least(greatest((t.hdr->>''x-pgmq-priority'')::numeric, -2147483648), 2147483647)::integer END
+END, 0)
+FROM unnest($2::jsonb[], $3::jsonb[]) AS t(msg, hdr)
+RETURNING msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$4')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_from'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND msg_id BETWEEN $5 AND $6
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_head'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN %5$s
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN %5$s
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_unordered'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_unordered(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY vt
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY vt
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_judged'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_judged_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_read_ttl_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_read_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE pgmq.%1$I q
+        SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp() AND ($3 IS NULL OR $3 = ''{}''::jsonb OR message @> $3)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE pgmq.%1$I q
+    SET vt = $4 + $2, read_ct = least(q.read_ct, 2147483646) + 1, last_read_at = $4
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_from'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_from(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND msg_id BETWEEN $5 AND $6
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_head'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_head(integer, interval, jsonb, timestamp with time zone, bigint, bigint, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($7);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN ''-9223372036854775808'' AND ''9223372036854775807''
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($7, ''q''))
+    USING $1, $2, $3, $4, $5, $6;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND msg_id BETWEEN $5 AND $6 AND msg_id BETWEEN %5$s
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND q.msg_id BETWEEN $5 AND $6 AND q.msg_id BETWEEN %5$s
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$7')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ranked(integer, interval, jsonb, timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($5);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($5, ''q''))
+    USING $1, $2, $3, $4;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$5')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_judged'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_judged_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_judged_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, integer, double precision, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($11);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), picked AS (
+        -- then each claimed row is judged and locked
+        SELECT msg_id, priority, read_ct, headers,
+               CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                    WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                    WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+               (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+               coalesce(enqueued_at
+                        < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                        THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                           END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+        FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+        SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+               j.attempts, r.reason,
+               CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+        FROM picked p
+        CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p.expired THEN ''ttl''
+                        WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                          THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+             END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+                   -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+                   CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                      WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                      WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                              THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                 END, $8),
+                                                                                 $9, $10) END AS delay
+        ) r
+    ), settled AS (
+        UPDATE pgmq.%1$I q
+        SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+        FROM judged j
+        WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+          AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+    SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+    FROM judged j
+    WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+    UNION ALL
+    -- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+    -- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+    SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+    FROM claimed c
+    WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($11, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7, $8, $9, $10;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), picked AS (
+    -- then each claimed row is judged and locked
+    SELECT msg_id, priority, read_ct, headers,
+           CASE WHEN NOT ($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) THEN NULL
+                WHEN (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'') THEN ''rollback''
+                WHEN (last_read_at IS NOT NULL AND vt > last_read_at) THEN ''expired'' END AS failed,
+           (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (last_read_at IS NOT NULL AND vt > last_read_at) AND NOT (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''aborted'')) AS lapsed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND vt <= clock_timestamp()
+      AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+    FOR UPDATE SKIP LOCKED
+), judged AS (
+    -- a lapsed lease due again at once is not settled: it is taken with the delivered rows
+    SELECT p.msg_id, CASE WHEN NOT (p.lapsed AND r.reason IS NULL AND r.delay = 0) THEN p.failed END AS failed,
+           j.attempts, r.reason,
+           CASE WHEN p.failed IS NOT NULL THEN clock_timestamp() + make_interval(secs => r.delay) END AS back_at
+    FROM picked p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.failed = ''rollback'' AND NOT coalesce(p.read_ct > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN least(p.read_ct, 2147483646) + 1 ELSE p.read_ct END AS attempts) j
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.expired THEN ''ttl''
+                    WHEN coalesce(j.attempts > coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-max-retries'')
+              WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+              WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                      THEN least(greatest((p.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+         END, $6), false) THEN coalesce(p.failed, ''expired'') END AS reason,
+               -- only a row to settle comes back later (the delay is a function call: not per delivered row)
+               CASE WHEN p.failed IS NOT NULL THEN pgmq._retry_delay(j.attempts, coalesce(CASE jsonb_typeof(p.headers->''x-pgmq-retry-delay'')
+                                                                                  WHEN ''number'' THEN least(greatest((p.headers->''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer
+                                                                                  WHEN ''string'' THEN CASE WHEN (p.headers->>''x-pgmq-retry-delay'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                          THEN least(greatest((p.headers->>''x-pgmq-retry-delay'')::numeric, -2147483648), 2147483647)::integer END
+                                                                             END, $8),
+                                                                             $9, $10) END AS delay
+    ) r
+), settled AS (
+    UPDATE pgmq.%1$I q
+    SET read_ct = j.attempts, vt = j.back_at, last_read_at = j.back_at
+    FROM judged j
+    WHERE q.msg_id = j.msg_id AND j.failed IS NOT NULL AND j.reason IS DISTINCT FROM ''ttl''
+      AND q.msg_id = ANY (ARRAY(SELECT s.msg_id FROM judged s WHERE s.failed IS NOT NULL))
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM judged picked WHERE picked.failed IS NULL AND picked.reason IS NULL))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- flagged rows: out of deliveries or past their TTL (reason), or settled for a retry (''retry'')
+SELECT j.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(j.reason, ''retry''), NULL
+FROM judged j
+WHERE j.reason IS NOT NULL OR j.failed IS NOT NULL
+UNION ALL
+-- claimed rows the lock did not get (''lost'': taken or locked by a consumer since this
+-- statement''s snapshot): the caller asks again, or it would hand out nothing from a full queue
+SELECT c.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''lost'', NULL
+FROM claimed c
+WHERE c.msg_id <> ALL (ARRAY(SELECT p.msg_id FROM picked p))
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$11')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, integer, boolean, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($8);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH claimed AS MATERIALIZED (
+        -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+        SELECT c.msg_id
+        FROM (
+            SELECT msg_id
+            FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp()
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+              -- not rows another consumer changed since this snapshot (taken or leased: lost)
+              AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+              AND NOT coalesce(last_read_at = $4, false)
+            ORDER BY priority, msg_id
+            LIMIT 2 * $1::bigint + 32
+        ) c
+        WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+        LIMIT $1
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+          AND q.vt <= clock_timestamp()
+          AND q.xmax = ''0''::xid
+          AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+          AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                        WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                        WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+                   END, $6), false)
+          AND NOT coalesce(q.enqueued_at
+                   < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                           WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                           WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                   THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                      END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id$q$, pgmq._format_table_name($8, ''q''))
+    USING $1, $2, $3, $4, $5, $6, $7;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH claimed AS MATERIALIZED (
+    -- claims first (see claim() in _macros/delivery.sql.j2), in delivery order
+    SELECT c.msg_id
+    FROM (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (read_ct > 0 AND age(xmin) <= 0 AND pgmq._xid_status(xmin::text::bigint) = ''in progress''))
+          -- not rows another consumer changed since this snapshot (taken or leased: lost)
+          AND NOT (($7 OR coalesce(headers ?| ARRAY[''x-pgmq-max-retries'', ''x-pgmq-retry-delay''], false)) AND (xmax <> ''0''::xid AND pgmq._xid_status(xmax::text::bigint) = ''committed since''))
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT 2 * $1::bigint + 32
+    ) c
+    WHERE pg_try_advisory_xact_lock(hashint8extended(c.msg_id, ''pgmq.%1$I''::regclass::oid::bigint))
+    LIMIT $1
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT claimed.msg_id FROM claimed))
+      AND q.vt <= clock_timestamp()
+      AND q.xmax = ''0''::xid
+      AND NOT (q.last_read_at IS NOT NULL AND q.vt > q.last_read_at)
+      AND NOT coalesce(q.read_ct > coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-max-retries'')
+                    WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer
+                    WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-max-retries'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                            THEN least(greatest((q.headers->>''x-pgmq-max-retries'')::numeric, -2147483648), 2147483647)::integer END
+               END, $6), false)
+      AND NOT coalesce(q.enqueued_at
+               < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                       WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                       WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                               THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                  END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$8')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id, coalesce(enqueued_at
+                                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                                   END, $5)), false) AS expired
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+          AND NOT coalesce(last_read_at = $4, false)
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+    FROM done d
+    UNION ALL
+    -- rows past their TTL, for dead-lettering
+    SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+    FROM picked p
+    WHERE p.expired
+    ORDER BY 9, 1
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id, coalesce(enqueued_at
+                            < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                                    WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                    WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                            THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                               END, $5)), false) AS expired
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+      AND NOT coalesce(last_read_at = $4, false)
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked WHERE NOT picked.expired))
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers, NULL::text AS reason, d.priority
+FROM done d
+UNION ALL
+-- rows past their TTL, for dead-lettering
+SELECT p.msg_id, NULL, NULL, NULL, NULL, NULL, NULL, ''ttl'', NULL
+FROM picked p
+WHERE p.expired
+ORDER BY 9, 1
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_clean'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_pop_ttl_clean_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_pop_ttl_clean_ranked(integer, interval, jsonb, timestamp with time zone, integer, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($6);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH picked AS (
+        SELECT msg_id
+        FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp()
+        ORDER BY priority, msg_id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM pgmq.%1$I q
+        WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+          AND NOT coalesce(q.enqueued_at
+                           < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                                   WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                                   WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                           THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                              END, $5)), false)
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+    )
+    SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+    FROM done d
+    ORDER BY d.priority, d.msg_id
+    $q$, pgmq._format_table_name($6, ''q''))
+    USING $1, $2, $3, $4, $5;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY WITH picked AS (
+    SELECT msg_id
+    FROM pgmq.%1$I
+    WHERE vt <= clock_timestamp()
+    ORDER BY priority, msg_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmq.%1$I q
+    WHERE q.msg_id = ANY (ARRAY(SELECT picked.msg_id FROM picked))
+      AND NOT coalesce(q.enqueued_at
+                       < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(q.headers->''x-pgmq-ttl'')
+                                                                               WHEN ''number'' THEN least(greatest((q.headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                               WHEN ''string'' THEN CASE WHEN (q.headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                       THEN least(greatest((q.headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                          END, $5)), false)
+    RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers, q.priority
+)
+SELECT d.msg_id, d.read_ct, d.enqueued_at, d.last_read_at, d.vt, d.message, d.headers
+FROM done d
+ORDER BY d.priority, d.msg_id
+;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$6')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_peek'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_peek(jsonb, timestamp with time zone, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value boolean;
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    EXECUTE format($q$SELECT (SELECT msg_id FROM pgmq.%1$I
+            WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+              AND NOT coalesce(last_read_at = $2, false)
+            ORDER BY msg_id LIMIT 1) IS NOT NULL$q$, pgmq._format_table_name($3, ''q''))
+    INTO v_value USING $1, $2;
+    RETURN v_value;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('SELECT (SELECT msg_id FROM pgmq.%1$I
+        WHERE vt <= clock_timestamp() AND ($1 IS NULL OR $1 = ''{}''::jsonb OR message @> $1)
+          AND NOT coalesce(last_read_at = $2, false)
+        ORDER BY msg_id LIMIT 1) IS NOT NULL
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_hidden'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_hidden(integer, text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint[];
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+    FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, pgmq._format_table_name($2, ''q''))
+    INTO v_value USING $1;
+    RETURN v_value;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_claim_next'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_claim_next_ranked'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_claim_next_ranked(bigint[], integer, text)
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+           coalesce(enqueued_at
+                    < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                            WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                            WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                    THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                       END, $2)), false) AS expired
+    FROM pgmq.%I
+    WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+    ORDER BY priority, msg_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('RETURN QUERY SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers, NULL::text AS failed,
+       coalesce(enqueued_at
+                < clock_timestamp() - make_interval(secs => coalesce(CASE jsonb_typeof(headers->''x-pgmq-ttl'')
+                                                                        WHEN ''number'' THEN least(greatest((headers->''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer
+                                                                        WHEN ''string'' THEN CASE WHEN (headers->>''x-pgmq-ttl'') ~ ''^\s*[-+]?[0-9]+\s*$''
+                                                                                                THEN least(greatest((headers->>''x-pgmq-ttl'')::numeric, -2147483648), 2147483647)::integer END
+                                                                   END, $2)), false) AS expired
+FROM pgmq.%I
+WHERE vt <= clock_timestamp() AND msg_id <> ALL ($1)
+ORDER BY priority, msg_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_delete'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1) RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_delete_one'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_delete_one(bigint, text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$DELETE FROM pgmq.%1$I WHERE msg_id = $1$q$, pgmq._format_table_name($2, ''q''))
+    USING $1;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count > 0;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('IF $1 BETWEEN %5$s THEN
+    DELETE FROM pgmq.%1$I WHERE msg_id = $1 AND msg_id BETWEEN %5$s;
+ELSE
+    DELETE FROM pgmq.%1$I WHERE msg_id = $1;
+END IF;
+RETURN FOUND;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_archive'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_archive(bigint[], text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, pgmq._format_table_name($2, ''q''), pgmq._format_table_name($2, ''a''))
+    USING $1;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        DELETE FROM pgmq.%1$I WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        DELETE FROM pgmq.%%1$I WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    INSERT INTO pgmq.%%2$I (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM moved
+    RETURNING msg_id$q$, %1$L, %2$L)
+    USING $1;
+END IF;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_set_vt'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_set_vt(bigint[], timestamp with time zone, text)
+RETURNS SETOF pgmq.message_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($3);
+    END IF;
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, pgmq._format_table_name($3, ''q''))
+    USING $1, $2;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('IF %6$s THEN
+    RETURN QUERY WITH moved AS (
+        UPDATE pgmq.%1$I SET vt = $2 WHERE msg_id = ANY($1) AND msg_id BETWEEN %5$s
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id;
+ELSE
+    RETURN QUERY EXECUTE format($q$WITH moved AS (
+        UPDATE pgmq.%%1$I SET vt = $2 WHERE msg_id = ANY($1)
+        RETURNING msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers
+    )
+    SELECT * FROM moved ORDER BY msg_id$q$, %1$L, %2$L)
+    USING $1, $2;
+END IF;
+RETURN;
+', pgmq._format_table_name(n.name, 'q'), pgmq._format_table_name(n.name, 'a'), n.seq, n.name, n.head, CASE WHEN n.head = '''-9223372036854775808'' AND ''9223372036854775807''' THEN 'true'
+     ELSE format('NOT EXISTS (SELECT FROM unnest($1) AS i(id) WHERE i.id NOT BETWEEN %s)', n.head) END)
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_head_sig);
+        EXECUTE v_sql;
+    END IF;
+END;
+$fn$;
+
+REVOKE ALL ON FUNCTION pgmq._rebuild_static_paths(queue_name text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION pgmq._rebuild_static_paths(queue_name text) TO PUBLIC;
+
+CREATE FUNCTION pgmq._count_rows(table_name text, pages double precision DEFAULT NULL::double precision, live bigint DEFAULT NULL::bigint, OUT row_count bigint, OUT estimated boolean)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_rel   regclass := to_regclass(format('pgmq.%I', table_name));
+    v_pages double precision := pages;
+BEGIN
+    IF v_rel IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_pages IS NULL THEN
+        v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+                    FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                          UNION ALL
+                          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    END IF;
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format('SELECT count(*) FROM pgmq.%I', table_name) INTO row_count;
+    ELSE
+        row_count := coalesce(live, (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                                                             UNION ALL
+                                                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid)));
+        IF row_count = 0 THEN  -- statistics lost (crash): a sample
+            row_count := (pgmq._sample_messages(v_rel)).depth;
+        END IF;
+    END IF;
+END;
+$fn$;
+
+CREATE FUNCTION pgmq._count_messages(queue_name text, at timestamptz, pages double precision, live bigint, head_from bigint DEFAULT NULL::bigint, head_span bigint DEFAULT NULL::bigint, tail_from bigint DEFAULT NULL::bigint, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
+RETURNS record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_table  text := pgmq._format_table_name(queue_name, 'q');
+    v_rel    regclass := format('pgmq.%I', v_table)::regclass;
+    v_pages  double precision := coalesce(pages, 0);
+    v_hidden bigint[];
+    v_span   bigint;
+    v_sample record;
+    v_head   bigint;
+    v_head_at timestamptz;
+    v_tail   bigint;
+    v_tail_at timestamptz;
+BEGIN
+    -- The head and the tail by msg_id: their ages, and the span of msg_ids between them, which
+    -- bounds an estimate (the statistics can run ahead of the table: a backend's counts flushed
+    -- after a VACUUM that already counted its rows). Epochs, not timestamps, are subtracted: an
+    -- infinite enqueued_at (a row written around send) gives an infinite age rather than an
+    -- error; the span saturates (msg_ids written around send may span more than a bigint). No
+    -- row (NULLs) when the queue is empty.
+    IF head_from IS NULL OR head_span IS NULL THEN
+        -- both in one statement: on a partitioned queue each statement plans and opens every
+        -- partition
+        EXECUTE format(
+            $q$SELECT h.msg_id, h.enqueued_at, t.msg_id, t.enqueued_at
+               FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
+                    (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, v_table)
+        INTO v_head, v_head_at, v_tail, v_tail_at;
+    ELSE
+        -- a partitioned queue with a read floor (head_from: no message below it): the head is
+        -- looked for an interval (head_span) from the floor, then anywhere above it, and the
+        -- tail from tail_from (the sequence's last id less an interval), then anywhere; the
+        -- bounds are values here, so each statement is planned with only the partitions they
+        -- leave
+        EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                          WHERE msg_id >= $1 AND msg_id < $2 ORDER BY msg_id LIMIT 1$q$, v_table)
+        INTO v_head, v_head_at
+        USING head_from, least(head_from::numeric + head_span, 9223372036854775807)::bigint;
+        IF v_head IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id LIMIT 1$q$, v_table)
+            INTO v_head, v_head_at
+            USING head_from;
+        END IF;
+        IF tail_from IS NOT NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, v_table)
+            INTO v_tail, v_tail_at
+            USING tail_from;
+        END IF;
+        IF v_tail IS NULL THEN
+            EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, v_table)
+            INTO v_tail, v_tail_at
+            USING head_from;
+        END IF;
+    END IF;
+    oldest := (extract(epoch FROM at) - extract(epoch FROM v_head_at))::double precision;
+    newest := (extract(epoch FROM at) - extract(epoch FROM v_tail_at))::double precision;
+    v_span := least(v_tail::numeric - v_head + 1, 9223372036854775807)::bigint;
+    estimated := v_pages > 640;
+    IF NOT estimated THEN
+        EXECUTE format(
+            $q$SELECT count(*),
+                      count(*) FILTER (WHERE vt > now() AND read_ct > 0),
+                      count(*) FILTER (WHERE vt > now() AND read_ct = 0)
+               FROM pgmq.%I$q$, v_table)
+        INTO depth, in_flight, delayed;
+        RETURN;
+    END IF;
+    depth := coalesce(live, 0);
+    -- the hidden ones exactly while they are few, through the vt index (features/core: a static
+    -- path, whose plan the session keeps; planning it opened every partition and its indexes)
+    v_hidden := pgmq._static_hidden(10000 + 1, queue_name);
+    in_flight := v_hidden[2];
+    delayed := v_hidden[1] - in_flight;
+    IF depth = 0 OR v_hidden[1] > 10000 THEN
+        -- statistics lost (crash), or many hidden messages: a sample
+        v_sample := pgmq._sample_messages(v_rel);
+        IF depth = 0 THEN
+            depth := v_sample.depth;
+        END IF;
+        IF v_hidden[1] > 10000 AND v_sample.depth > 0 THEN
+            -- the sample's split, applied to the depth
+            in_flight := (depth::numeric * v_sample.in_flight / v_sample.depth)::bigint;
+            delayed := (depth::numeric * v_sample.delayed / v_sample.depth)::bigint;
+        END IF;
+    END IF;
+    -- never more than the msg_ids between the lowest and highest
+    depth := greatest(least(depth, coalesce(v_span, 0)), in_flight + delayed);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgmq._queue_metrics_of(queue_name text)
+RETURNS pgmq.queue_metrics_record
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_qtable  text := pgmq._format_table_name(queue_name, 'q');
+    v_atable  text := pgmq._format_table_name(queue_name, 'a');
+    v_q       regclass;
+    v_a       regclass;
+    v_now     timestamptz := clock_timestamp();
+    v_set     record;
+    v_msgs    record;
+    v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
+    v_dlq_n   bigint;
+    v_archive record;
+    v_sizes   record;  -- the queue's pages, live rows, sizes and dead rows, all partitions
+    v_asizes  record;  -- the archive's
+    v_qleaves regclass[];  -- the tables that hold the queue's rows (_macros: leaves), and its
+    v_qparts  regclass[];  -- partitioned tables; the archive's
+    v_aleaves regclass[];
+    v_aparts  regclass[];
+    v_part    record;
+    v_default bigint;
+    v_est     boolean;
+    v_cb      record;
+    v_last    bigint;
+BEGIN
+    -- The table locked first (the lock order, _macros/lifecycle.sql.j2): its OIDs stay valid. A
+    -- queue dropped since it was listed has no row (NULL).
+    IF NOT pgmq._lock_queue(queue_name) THEN
+        RETURN NULL;
+    END IF;
+    v_q := format('pgmq.%I', v_qtable)::regclass;
+    v_a := to_regclass(format('pgmq.%I', v_atable));
+    -- a dead-letter queue counts while the retry policy that names it is in force
+    SELECT coalesce(bool_or(s.paused), false) AS paused,
+           max(CASE WHEN s.retry_policy THEN s.dead_letter_queue END) AS dead_letter_queue,
+           max(s.read_floor) AS read_floor, max(s.read_span) AS read_span
+    INTO v_set
+    FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
+    v_last := coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0);
+
+    -- Each table's partitions looked up once, and each partition's figures read in one pass:
+    -- every lookup of a partition tree locks and scans it, and every size opens each partition.
+    SELECT coalesce(array_agg(t.relid) FILTER (WHERE t.isleaf), '{}'), coalesce(array_agg(t.relid) FILTER (WHERE NOT t.isleaf), '{}')
+    INTO v_qleaves, v_qparts
+    FROM pg_partition_tree(v_q) t;
+    IF v_q IS NOT NULL AND cardinality(v_qleaves) + cardinality(v_qparts) = 0 THEN
+        v_qleaves := ARRAY[v_q];  -- not partitioned: pg_partition_tree returns nothing
+    END IF;
+    SELECT coalesce(array_agg(t.relid) FILTER (WHERE t.isleaf), '{}'), coalesce(array_agg(t.relid) FILTER (WHERE NOT t.isleaf), '{}')
+    INTO v_aleaves, v_aparts
+    FROM pg_partition_tree(v_a) t;
+    IF v_a IS NOT NULL AND cardinality(v_aleaves) + cardinality(v_aparts) = 0 THEN
+        v_aleaves := ARRAY[v_a];  -- not partitioned: pg_partition_tree returns nothing
+    END IF;
+    SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision AS pages,
+           coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint AS live,
+           sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples
+    INTO v_sizes
+    FROM unnest(v_qleaves) l(relid);
+    SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision AS pages,
+           coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint AS live,
+           sum(pg_total_relation_size(l.relid)) AS archive_bytes
+    INTO v_asizes
+    FROM unnest(v_aleaves) l(relid);
+
+    -- a partitioned queue's read floor and interval say where its head and tail are
+    v_msgs := pgmq._count_messages(queue_name, v_now, v_sizes.pages, v_sizes.live, v_set.read_floor, v_set.read_span,
+                                           CASE WHEN v_set.read_span IS NOT NULL
+                                                THEN greatest(v_last::numeric - v_set.read_span, -9223372036854775807)::bigint END);
+    v_est := v_msgs.estimated;
+
+    -- counted for a caller that may read it (a queue's readers need not: NULL then)
+    IF v_set.dead_letter_queue IS NOT NULL AND pgmq._queue_privilege(v_set.dead_letter_queue, 'SELECT')
+       AND pgmq._lock_queue(v_set.dead_letter_queue) THEN
+        v_dlq := pgmq._count_rows(pgmq._format_table_name(v_set.dead_letter_queue, 'q'));
+        v_dlq_n := v_dlq.row_count;
+        v_est := v_est OR v_dlq.estimated;
+    END IF;
+    v_archive := pgmq._count_rows(v_atable, v_asizes.pages, v_asizes.live);
+    v_est := v_est OR coalesce(v_archive.estimated, false);
+
+    -- default partitions (pg_partman's <table>_default) of the queue and its archive
+    IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
+        v_default := 0;
+        -- each partitioned table's default partition, from its own catalog row (not by
+        -- deparsing the bound of every partition)
+        FOR v_part IN
+            SELECT c.relname::text AS relname
+            FROM pg_catalog.pg_partitioned_table p
+            JOIN pg_catalog.pg_class c ON c.oid = p.partdefid
+            WHERE p.partrelid = ANY (v_qparts || v_aparts)
+        LOOP
+            v_dlq := pgmq._count_rows(v_part.relname);
+            v_default := v_default + coalesce(v_dlq.row_count, 0);
+            v_est := v_est OR v_dlq.estimated;
+        END LOOP;
+    END IF;
+
+    SELECT CASE WHEN c.registered THEN coalesce(sum(n.succeeded), 0) END AS succeeded,
+           CASE WHEN c.registered THEN coalesce(sum(n.failed), 0) END AS failed
+    INTO v_cb
+    FROM (SELECT EXISTS (SELECT 1 FROM pgmq.callbacks k
+                         WHERE k.queue_name = _queue_metrics_of.queue_name) AS registered) c
+    LEFT JOIN pgmq.callback_counts n ON n.queue_name = _queue_metrics_of.queue_name
+    GROUP BY c.registered;
+
+    RETURN (queue_name, v_set.paused, v_msgs.depth,
+            greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
+            v_msgs.oldest, v_msgs.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
+            v_last,
+            v_sizes.table_bytes, v_sizes.index_bytes, v_asizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
+END;
+$fn$;
 
 -- ---------------------------------------------------------------- post: templates/upgrades/2.16.0--2.17.0/post.sql.j2
 SELECT pgmq._rebuild_static_paths();

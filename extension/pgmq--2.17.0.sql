@@ -4137,6 +4137,35 @@ END;
 $fn$;
 
 
+-- _static_hidden: the hidden statement of each known queue.
+CREATE FUNCTION pgmq._static_hidden(integer, text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_value bigint[];
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF 0 < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+    FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, pgmq._format_table_name($2, 'q'))
+    INTO v_value USING $1;
+    RETURN v_value;
+
+END;
+$fn$;
+
+
 -- _static_claim_next: the claim_next statement of each known queue.
 CREATE FUNCTION pgmq._static_claim_next(bigint[], integer, text)
 RETURNS SETOF record
@@ -4383,6 +4412,11 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = _rebuild_static_paths.queue_name) THEN
         RETURN;
     END IF;
+    -- a read-only transaction (a hot standby's, or BEGIN READ ONLY) cannot write them: what it
+    -- reads through a path a rebuild missed runs as the dynamic form (queue_metrics does)
+    IF current_setting('transaction_read_only')::boolean THEN
+        RETURN;
+    END IF;
     IF NOT pg_try_advisory_xact_lock(hashtext('pgmq.static_paths')) THEN
         RETURN;
     END IF;
@@ -4414,7 +4448,7 @@ BEGIN
     -- the paths that hold what this rebuild would write (an upgrade leaves empty ones)
     v_fresh := ARRAY(SELECT f.proname FROM pg_catalog.pg_proc f
                      WHERE f.pronamespace = 'pgmq'::pg_catalog.regnamespace
-                       AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
+                       AND f.proname = ANY ('{_static_send,_static_send_dedup,_static_send_batch,_static_read,_static_read_from,_static_read_head,_static_read_unordered,_static_read_ranked,_static_read_judged,_static_read_judged_ranked,_static_read_clean,_static_read_clean_ranked,_static_read_ttl,_static_read_ttl_ranked,_static_read_ttl_clean,_static_read_ttl_clean_ranked,_static_pop,_static_pop_from,_static_pop_head,_static_pop_ranked,_static_pop_judged,_static_pop_judged_ranked,_static_pop_clean,_static_pop_clean_ranked,_static_pop_ttl,_static_pop_ttl_ranked,_static_pop_ttl_clean,_static_pop_ttl_clean_ranked,_static_peek,_static_hidden,_static_claim_next,_static_claim_next_ranked,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
                        AND strpos(f.prosrc, CASE WHEN f.proname = ANY ('{_static_read_head,_static_pop_head,_static_delete,_static_delete_one,_static_archive,_static_set_vt}'::name[])
                                                  THEN v_head_sig ELSE v_sig END) > 0);
     IF NOT '_static_send'::name = ANY (v_fresh) THEN
@@ -7149,6 +7183,45 @@ RETURN v_value;
 ', pgmq._format_table_name(n.name, 'q'))
                       FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
                 '$3')),
+            '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
+        EXECUTE v_sql;
+    END IF;
+    IF NOT '_static_hidden'::name = ANY (v_fresh) THEN
+        -- (dollar-quoted with a tag of its own: this body is quoted with the usual one)
+        v_sql := replace(replace(replace('CREATE OR REPLACE FUNCTION pgmq._static_hidden(integer, text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $path$
+DECLARE
+    v_value bigint[];
+    v_count bigint;
+BEGIN
+    /*@signature@*/
+    /*@tree@*/
+    -- Not a queue of the tree: the statement is planned for this call.
+    IF /*@routed@*/ < 100 THEN
+        PERFORM pgmq._rebuild_static_paths($2);
+    END IF;
+    EXECUTE format($q$SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+    FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, pgmq._format_table_name($2, ''q''))
+    INTO v_value USING $1;
+    RETURN v_value;
+
+END;
+$path$;',
+            '/*@tree@*/', pgmq._static_path_tree(v_names,
+                ARRAY(SELECT format('SELECT ARRAY[count(*), count(*) FILTER (WHERE read_ct > 0)]
+FROM (SELECT read_ct FROM pgmq.%1$I WHERE vt > now() ORDER BY vt LIMIT $1) h
+INTO v_value;
+RETURN v_value;
+', pgmq._format_table_name(n.name, 'q'))
+                      FROM unnest(v_names, v_seqs, v_heads) WITH ORDINALITY AS n(name, seq, head, o) ORDER BY n.o),
+                '$2')),
             '/*@routed@*/', cardinality(v_names)::text), '/*@signature@*/', v_sig);
         EXECUTE v_sql;
     END IF;
@@ -16843,8 +16916,9 @@ END;
 $fn$;
 
 -- _count_rows: the rows of one table (archive, dead-letter queue, default partition): exact
--- when it is small, else estimated from a sample (see EXACT_PAGES in the template).
-CREATE FUNCTION pgmq._count_rows(table_name text, OUT row_count bigint, OUT estimated boolean)
+-- when it is small, else estimated from a sample (see EXACT_PAGES in the template). `pages`,
+-- `live`: its pages and the statistics' live rows, when the caller has them already.
+CREATE FUNCTION pgmq._count_rows(table_name text, pages double precision DEFAULT NULL::double precision, live bigint DEFAULT NULL::bigint, OUT row_count bigint, OUT estimated boolean)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
@@ -16852,22 +16926,24 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_rel   regclass := to_regclass(format('pgmq.%I', table_name));
-    v_pages double precision;
+    v_pages double precision := pages;
 BEGIN
     IF v_rel IS NULL THEN
         RETURN;
     END IF;
-    v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
- FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-       UNION ALL
-       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    IF v_pages IS NULL THEN
+        v_pages := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
+                    FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                          UNION ALL
+                          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+    END IF;
     estimated := v_pages > 640;
     IF NOT estimated THEN
         EXECUTE format('SELECT count(*) FROM pgmq.%I', table_name) INTO row_count;
     ELSE
-        row_count := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-                                             UNION ALL
-                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
+        row_count := coalesce(live, (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
+                                                                             UNION ALL
+                                                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid)));
         IF row_count = 0 THEN  -- statistics lost (crash): a sample
             row_count := (pgmq._sample_messages(v_rel)).depth;
         END IF;
@@ -16875,22 +16951,22 @@ BEGIN
 END;
 $fn$;
 
--- _count_messages: a queue table's messages by state, exact or estimated as _count_rows, and the
--- ages (seconds before `at`) of its oldest and newest message by msg_id. `head_from`, `head_span`,
--- `tail_from`: where a partitioned queue's head and tail are looked for first (below).
-CREATE FUNCTION pgmq._count_messages(table_name text, at timestamptz, head_from bigint DEFAULT NULL::bigint, head_span bigint DEFAULT NULL::bigint, tail_from bigint DEFAULT NULL::bigint, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
+-- _count_messages: a queue's messages by state, exact or estimated as _count_rows, and the ages
+-- (seconds before `at`) of its oldest and newest message by msg_id. `pages`, `live`: its table's
+-- pages and the statistics' live rows, all partitions (the caller reads them with the sizes, in
+-- one pass over the partitions). `head_from`, `head_span`, `tail_from`: where a partitioned
+-- queue's head and tail are looked for first (below).
+CREATE FUNCTION pgmq._count_messages(queue_name text, at timestamptz, pages double precision, live bigint, head_from bigint DEFAULT NULL::bigint, head_span bigint DEFAULT NULL::bigint, tail_from bigint DEFAULT NULL::bigint, OUT depth bigint, OUT in_flight bigint, OUT delayed bigint, OUT estimated boolean, OUT oldest double precision, OUT newest double precision)
 RETURNS record
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_rel    regclass := format('pgmq.%I', table_name)::regclass;
-    v_pages  double precision := (SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision
- FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-       UNION ALL
-       SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    v_hidden bigint;
+    v_table  text := pgmq._format_table_name(queue_name, 'q');
+    v_rel    regclass := format('pgmq.%I', v_table)::regclass;
+    v_pages  double precision := coalesce(pages, 0);
+    v_hidden bigint[];
     v_span   bigint;
     v_sample record;
     v_head   bigint;
@@ -16910,7 +16986,7 @@ BEGIN
         EXECUTE format(
             $q$SELECT h.msg_id, h.enqueued_at, t.msg_id, t.enqueued_at
                FROM (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id LIMIT 1) h,
-                    (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, table_name)
+                    (SELECT msg_id, enqueued_at FROM pgmq.%1$I ORDER BY msg_id DESC LIMIT 1) t$q$, v_table)
         INTO v_head, v_head_at, v_tail, v_tail_at;
     ELSE
         -- a partitioned queue with a read floor (head_from: no message below it): the head is
@@ -16919,24 +16995,24 @@ BEGIN
         -- bounds are values here, so each statement is planned with only the partitions they
         -- leave
         EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
-                          WHERE msg_id >= $1 AND msg_id < $2 ORDER BY msg_id LIMIT 1$q$, table_name)
+                          WHERE msg_id >= $1 AND msg_id < $2 ORDER BY msg_id LIMIT 1$q$, v_table)
         INTO v_head, v_head_at
         USING head_from, least(head_from::numeric + head_span, 9223372036854775807)::bigint;
         IF v_head IS NULL THEN
             EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
-                              WHERE msg_id >= $1 ORDER BY msg_id LIMIT 1$q$, table_name)
+                              WHERE msg_id >= $1 ORDER BY msg_id LIMIT 1$q$, v_table)
             INTO v_head, v_head_at
             USING head_from;
         END IF;
         IF tail_from IS NOT NULL THEN
             EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
-                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, v_table)
             INTO v_tail, v_tail_at
             USING tail_from;
         END IF;
         IF v_tail IS NULL THEN
             EXECUTE format($q$SELECT msg_id, enqueued_at FROM pgmq.%I
-                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, table_name)
+                              WHERE msg_id >= $1 ORDER BY msg_id DESC LIMIT 1$q$, v_table)
             INTO v_tail, v_tail_at
             USING head_from;
         END IF;
@@ -16950,27 +17026,23 @@ BEGIN
             $q$SELECT count(*),
                       count(*) FILTER (WHERE vt > now() AND read_ct > 0),
                       count(*) FILTER (WHERE vt > now() AND read_ct = 0)
-               FROM pgmq.%I$q$, table_name)
+               FROM pgmq.%I$q$, v_table)
         INTO depth, in_flight, delayed;
         RETURN;
     END IF;
-    depth := (SELECT coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint FROM (SELECT t.relid FROM pg_partition_tree(v_rel) t WHERE t.isleaf
-                                             UNION ALL
-                                             SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_rel AND NOT c.relispartition AND c.relkind <> 'p') l(relid));
-    -- the hidden ones exactly while they are few (ORDER BY vt: the vt index, stopping early)
-    EXECUTE format(
-        $q$SELECT count(*), count(*) FILTER (WHERE read_ct > 0)
-           FROM (SELECT read_ct FROM pgmq.%I WHERE vt > now() ORDER BY vt LIMIT $1) h$q$, table_name)
-    INTO v_hidden, in_flight
-    USING 10000 + 1;
-    delayed := v_hidden - in_flight;
-    IF depth = 0 OR v_hidden > 10000 THEN
+    depth := coalesce(live, 0);
+    -- the hidden ones exactly while they are few, through the vt index (features/core: a static
+    -- path, whose plan the session keeps; planning it opened every partition and its indexes)
+    v_hidden := pgmq._static_hidden(10000 + 1, queue_name);
+    in_flight := v_hidden[2];
+    delayed := v_hidden[1] - in_flight;
+    IF depth = 0 OR v_hidden[1] > 10000 THEN
         -- statistics lost (crash), or many hidden messages: a sample
         v_sample := pgmq._sample_messages(v_rel);
         IF depth = 0 THEN
             depth := v_sample.depth;
         END IF;
-        IF v_hidden > 10000 AND v_sample.depth > 0 THEN
+        IF v_hidden[1] > 10000 AND v_sample.depth > 0 THEN
             -- the sample's split, applied to the depth
             in_flight := (depth::numeric * v_sample.in_flight / v_sample.depth)::bigint;
             delayed := (depth::numeric * v_sample.delayed / v_sample.depth)::bigint;
@@ -16999,7 +17071,12 @@ DECLARE
     v_dlq     record;  -- _count_rows of the dead-letter queue, then of each default partition
     v_dlq_n   bigint;
     v_archive record;
-    v_sizes   record;
+    v_sizes   record;  -- the queue's pages, live rows, sizes and dead rows, all partitions
+    v_asizes  record;  -- the archive's
+    v_qleaves regclass[];  -- the tables that hold the queue's rows (_macros: leaves), and its
+    v_qparts  regclass[];  -- partitioned tables; the archive's
+    v_aleaves regclass[];
+    v_aparts  regclass[];
     v_part    record;
     v_default bigint;
     v_est     boolean;
@@ -17021,8 +17098,34 @@ BEGIN
     FROM pgmq.queue_settings s WHERE (pg_catalog.lower(s.queue_name) OPERATOR(pg_catalog.=) pg_catalog.lower(_queue_metrics_of.queue_name));
     v_last := coalesce(pg_sequence_last_value(pg_get_serial_sequence(v_q::text, 'msg_id')::regclass), 0);
 
+    -- Each table's partitions looked up once, and each partition's figures read in one pass:
+    -- every lookup of a partition tree locks and scans it, and every size opens each partition.
+    SELECT coalesce(array_agg(t.relid) FILTER (WHERE t.isleaf), '{}'), coalesce(array_agg(t.relid) FILTER (WHERE NOT t.isleaf), '{}')
+    INTO v_qleaves, v_qparts
+    FROM pg_partition_tree(v_q) t;
+    IF v_q IS NOT NULL AND cardinality(v_qleaves) + cardinality(v_qparts) = 0 THEN
+        v_qleaves := ARRAY[v_q];  -- not partitioned: pg_partition_tree returns nothing
+    END IF;
+    SELECT coalesce(array_agg(t.relid) FILTER (WHERE t.isleaf), '{}'), coalesce(array_agg(t.relid) FILTER (WHERE NOT t.isleaf), '{}')
+    INTO v_aleaves, v_aparts
+    FROM pg_partition_tree(v_a) t;
+    IF v_a IS NOT NULL AND cardinality(v_aleaves) + cardinality(v_aparts) = 0 THEN
+        v_aleaves := ARRAY[v_a];  -- not partitioned: pg_partition_tree returns nothing
+    END IF;
+    SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision AS pages,
+           coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint AS live,
+           sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
+           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples
+    INTO v_sizes
+    FROM unnest(v_qleaves) l(relid);
+    SELECT coalesce(sum(pg_relation_size(l.relid)), 0) / current_setting('block_size')::double precision AS pages,
+           coalesce(sum(pg_stat_get_live_tuples(l.relid)), 0)::bigint AS live,
+           sum(pg_total_relation_size(l.relid)) AS archive_bytes
+    INTO v_asizes
+    FROM unnest(v_aleaves) l(relid);
+
     -- a partitioned queue's read floor and interval say where its head and tail are
-    v_msgs := pgmq._count_messages(v_qtable, v_now, v_set.read_floor, v_set.read_span,
+    v_msgs := pgmq._count_messages(queue_name, v_now, v_sizes.pages, v_sizes.live, v_set.read_floor, v_set.read_span,
                                            CASE WHEN v_set.read_span IS NOT NULL
                                                 THEN greatest(v_last::numeric - v_set.read_span, -9223372036854775807)::bigint END);
     v_est := v_msgs.estimated;
@@ -17034,18 +17137,8 @@ BEGIN
         v_dlq_n := v_dlq.row_count;
         v_est := v_est OR v_dlq.estimated;
     END IF;
-    v_archive := pgmq._count_rows(v_atable);
+    v_archive := pgmq._count_rows(v_atable, v_asizes.pages, v_asizes.live);
     v_est := v_est OR coalesce(v_archive.estimated, false);
-
-    SELECT sum(pg_table_size(l.relid)) AS table_bytes, sum(pg_indexes_size(l.relid)) AS index_bytes,
-           sum(pg_stat_get_dead_tuples(l.relid)) AS dead_tuples,
-           (SELECT sum(pg_total_relation_size(a.relid)) FROM (SELECT t.relid FROM pg_partition_tree(v_a) t WHERE t.isleaf
-                                                              UNION ALL
-                                                              SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_a AND NOT c.relispartition AND c.relkind <> 'p') a(relid)) AS archive_bytes
-    INTO v_sizes
-    FROM (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE t.isleaf
-          UNION ALL
-          SELECT c.oid::regclass FROM pg_catalog.pg_class c WHERE c.oid = v_q AND NOT c.relispartition AND c.relkind <> 'p') l(relid);
 
     -- default partitions (pg_partman's <table>_default) of the queue and its archive
     IF (SELECT m.is_partitioned FROM pgmq.meta m WHERE m.queue_name = _queue_metrics_of.queue_name) THEN
@@ -17056,8 +17149,7 @@ BEGIN
             SELECT c.relname::text AS relname
             FROM pg_catalog.pg_partitioned_table p
             JOIN pg_catalog.pg_class c ON c.oid = p.partdefid
-            WHERE p.partrelid IN (SELECT t.relid FROM pg_partition_tree(v_q) t WHERE NOT t.isleaf
-                                  UNION ALL SELECT t.relid FROM pg_partition_tree(v_a) t WHERE NOT t.isleaf)
+            WHERE p.partrelid = ANY (v_qparts || v_aparts)
         LOOP
             v_dlq := pgmq._count_rows(v_part.relname);
             v_default := v_default + coalesce(v_dlq.row_count, 0);
@@ -17077,7 +17169,7 @@ BEGIN
             greatest(v_msgs.depth - v_msgs.in_flight - v_msgs.delayed, 0), v_msgs.in_flight, v_msgs.delayed,
             v_msgs.oldest, v_msgs.newest, v_set.dead_letter_queue, v_dlq_n, v_archive.row_count,
             v_last,
-            v_sizes.table_bytes, v_sizes.index_bytes, v_sizes.archive_bytes, v_sizes.dead_tuples, v_default,
+            v_sizes.table_bytes, v_sizes.index_bytes, v_asizes.archive_bytes, v_sizes.dead_tuples, v_default,
             v_cb.succeeded, v_cb.failed, v_est, v_now)::pgmq.queue_metrics_record;
 END;
 $fn$;

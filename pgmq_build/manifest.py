@@ -499,7 +499,7 @@ ROUTINES = policies(
     "_static_pop_judged_ranked", "_static_read_ttl", "_static_read_ttl_ranked", "_static_pop_ttl",
     "_static_pop_ttl_ranked", "_static_read_ttl_clean", "_static_read_ttl_clean_ranked", "_static_pop_ttl_clean",
     "_static_pop_ttl_clean_ranked", "_static_read_clean", "_static_read_clean_ranked", "_static_pop_clean",
-    "_static_pop_clean_ranked", "_static_peek", "_static_claim_next", "_static_claim_next_ranked", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
+    "_static_pop_clean_ranked", "_static_peek", "_static_hidden", "_static_claim_next", "_static_claim_next_ranked", "_static_delete", "_static_delete_one", "_static_archive", "_static_set_vt",
     "_static_path_tree",
     Policy("_rebuild_static_paths",
            definer_reason="the static paths belong to the extension's owner; it rewrites them from "

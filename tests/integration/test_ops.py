@@ -218,3 +218,53 @@ def test_queue_metrics_of_a_partitioned_queue(conn, partman):
     assert m["default_partition_rows"] == 11  # ids 50..60
     assert m["table_bytes"] > 0 and m["index_bytes"] > 0 and m["archive_bytes"] > 0
     assert m["oldest_msg_age_sec"] is not None and m["estimated"] is False
+
+
+def test_queue_metrics_of_a_large_partitioned_queue_are_exact_where_they_were(conn, partman):
+    """A queue of many partitions above the exact-count size: its depth from the statistics, its
+    leased and delayed messages counted exactly (the static path through every partition's vt
+    index), and its sizes the sums PostgreSQL gives for every partition and index."""
+    conn.execute("SELECT pgmq.create_partitioned('wide', '2000', '1000000')")
+    for _ in range(6):
+        conn.execute("INSERT INTO pgmq.q_wide (vt, message) SELECT now(), jsonb_build_object('n', g, 'pad', "
+                     "repeat('x', 100)) FROM generate_series(1, 10000) g")
+        conn.execute("SELECT pgmq.run_partition_maintenance('wide')")
+    assert scalar(conn, "SELECT count(*) FROM pg_partition_tree('pgmq.q_wide') WHERE isleaf") > 30
+    conn.execute("SELECT count(*) FROM pgmq.read('wide', 60, 250)")
+    conn.execute("SELECT pgmq.send('wide', '{}', 60) FROM generate_series(1, 3)")
+    conn.execute("SELECT pgmq.archive('wide', ARRAY[300, 301]::bigint[])")
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    m = metrics(conn, "wide")
+    assert m["estimated"] is True and abs(m["depth"] - 60001) <= 600, m["depth"]
+    assert (m["in_flight"], m["delayed"], m["archive_rows"]) == (250, 3, 2)
+    sizes = conn.execute("""
+        SELECT (SELECT sum(pg_table_size(relid)) FROM pg_partition_tree('pgmq.q_wide') WHERE isleaf),
+               (SELECT sum(pg_indexes_size(relid)) FROM pg_partition_tree('pgmq.q_wide') WHERE isleaf),
+               (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('pgmq.a_wide') WHERE isleaf)""").fetchone()
+    assert (m["table_bytes"], m["index_bytes"], m["archive_bytes"]) == sizes
+    assert m["table_bytes"] > 10_000_000 and m["default_partition_rows"] == 0
+
+
+def test_queue_metrics_in_a_read_only_transaction_of_a_queue_the_paths_missed(conn, connect):
+    """A queue made while another transaction held the static paths' rebuild has no branch in
+    them until the next rebuild; a path that meets it asks for one. In a read-only transaction
+    (as on a hot standby) that request writes nothing and fails nothing: the path runs its
+    dynamic form."""
+    holder = connect(autocommit=False)
+    holder.execute("SELECT pg_advisory_xact_lock(hashtext('pgmq.static_paths'))")
+    conn.execute("SELECT pgmq.create('late')")
+    conn.execute("INSERT INTO pgmq.q_late (vt, message) SELECT now(), jsonb_build_object('n', g, 'pad', "
+                 "repeat('x', 100)) FROM generate_series(1, 60000) g")
+    conn.execute("SELECT count(*) FROM pgmq.read('late', 60, 5)")
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    holder.rollback()
+    assert scalar(conn, "SELECT strpos(prosrc, 'q_late') FROM pg_proc WHERE proname = '_static_hidden'") == 0
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        m = metrics(conn, "late")
+        assert m["estimated"] is True and (m["in_flight"], m["delayed"]) == (5, 0)
+        assert scalar(conn, "SELECT pgmq._static_hidden(100, 'late')") == [5, 5]
+    assert scalar(conn, "SELECT strpos(prosrc, 'q_late') FROM pg_proc WHERE proname = '_static_hidden'") == 0
+    # outside one, the path's request writes the queue's branch
+    assert scalar(conn, "SELECT pgmq._static_hidden(100, 'late')") == [5, 5]
+    assert scalar(conn, "SELECT strpos(prosrc, 'q_late') FROM pg_proc WHERE proname = '_static_hidden'") > 0
