@@ -98,7 +98,7 @@ RUN_MARGIN = 3
 # of CPU by the 256 backends they drive, and the figures measure pgbench
 PGBENCH_THREADS = 16
 # seconds between the refiller's looks at a queue it found full enough: one consumer on an idle
-# machine takes ~10k messages a second, four with fsync off ~15k (and a read + delete on an
+# machine takes ~10k messages a second, four with fsync off ~20k (and a read + delete on an
 # empty queue aborts its pgbench client); below its mark it refills without waiting
 REFILL_EVERY = 0.05
 WAIT_SAMPLE_EVERY = 0.1  # seconds between samples of the consumers' wait events
